@@ -1,0 +1,91 @@
+"""Publishing accepted turns to Kafka from the edge, with an explicit answer on failure.
+
+The producer starts in the background and reconnects on its own, so the edge keeps serving
+(and says `broker_unavailable`, retryable) while Kafka is down instead of refusing to start.
+A turn counts as accepted only once Kafka acked it (acks=all, idempotent producer); when the
+ack does not come in time the client is told to retry, and a retry with the same
+`client_turn_id` maps to the same turn id, so the worker answers it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from schemas.codec import encode
+from schemas.events import TurnSubmitted
+
+log = logging.getLogger("turnstream.publisher")
+
+
+class PublishFailed(RuntimeError):
+    """Kafka did not take the turn (not connected, or no ack within the timeout)."""
+
+
+class TurnPublisher:
+    def __init__(self, bootstrap: str, topic: str, *, client_id: str, timeout_s: float) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._client_id = client_id
+        self._timeout_s = timeout_s
+        self._producer: AIOKafkaProducer | None = None
+        self._connector: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+
+    async def start(self) -> None:
+        self._connector = asyncio.create_task(self._connect_forever(), name="kafka-connect")
+
+    async def wait_connected(self, timeout_s: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._connected.wait(), timeout_s)
+        return self._connected.is_set()
+
+    async def _connect_forever(self) -> None:
+        delay = 0.2
+        while self._producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self._bootstrap,
+                client_id=self._client_id,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=0,
+                request_timeout_ms=int(self._timeout_s * 1000),
+            )
+            try:
+                await producer.start()
+            except KafkaError as err:
+                log.warning("Kafka unreachable (%s); retrying in %.1fs", err, delay)
+                with contextlib.suppress(Exception):
+                    await producer.stop()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self._producer = producer
+            self._connected.set()
+            log.info("connected to Kafka at %s", self._bootstrap)
+
+    async def publish(self, turn: TurnSubmitted) -> None:
+        producer = self._producer
+        if producer is None:
+            raise PublishFailed("not connected to Kafka")
+        try:
+            await asyncio.wait_for(
+                producer.send_and_wait(
+                    self._topic, encode(turn), key=turn.conversation_id.encode()
+                ),
+                timeout=self._timeout_s,
+            )
+        except (KafkaError, TimeoutError) as err:
+            raise PublishFailed(f"Kafka did not acknowledge the turn: {err!r}") from err
+
+    async def stop(self) -> None:
+        if self._connector is not None:
+            self._connector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connector
+        if self._producer is not None:
+            await self._producer.stop()

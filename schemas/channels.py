@@ -1,0 +1,43 @@
+"""Redis channel and key names, in one place so every service agrees on them.
+
+All names hang under a prefix (default ``ts``) that isolates test runs the same way the
+topic namespace does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RedisNames:
+    prefix: str = "ts"
+
+    @classmethod
+    def for_namespace(cls, namespace: str) -> RedisNames:
+        """Names of a run's namespace (the same one its Kafka topics carry)."""
+        return cls(prefix=f"{namespace}:ts" if namespace else "ts")
+
+    def edge_channel(self, edge_id: str) -> str:
+        """Pub/sub channel an edge node listens on for the frames of its turns."""
+        return f"{self.prefix}:edge:{edge_id}"
+
+    def control_channel(self) -> str:
+        """Pub/sub channel every inference worker listens on for cancellations."""
+        return f"{self.prefix}:control"
+
+    def cancelled_key(self, turn_id: str) -> str:
+        """Marker set when a turn is cancelled, so a worker that has not started it skips it."""
+        return f"{self.prefix}:turn:{turn_id}:cancelled"
+
+    def done_key(self, turn_id: str) -> str:
+        """Set when a turn reached its terminal state: a redelivery is not answered twice."""
+        return f"{self.prefix}:turn:{turn_id}:done"
+
+    def history_key(self, conversation_id: str) -> str:
+        """List of the conversation's messages (JSON), newest last, capped."""
+        return f"{self.prefix}:conv:{conversation_id}:history"
+
+    def owner_key(self, conversation_id: str) -> str:
+        """Who owns a conversation (`tenant/user`): nobody else may add turns to it."""
+        return f"{self.prefix}:conv:{conversation_id}:owner"

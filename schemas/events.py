@@ -1,0 +1,137 @@
+"""Typed events that travel between services (Kafka values, Redis relay frames).
+
+Data events carry a turn forward; control events steer it (cancel). Every event is a
+msgspec struct tagged by `type`; the envelope version lives in the codec (`schemas.codec`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+
+class FinishReason(enum.StrEnum):
+    """Why a response ended. `error` closes a turn cleanly instead of leaving it to a timeout."""
+
+    STOP = "stop"  # the model ended its answer
+    LENGTH = "length"  # max_tokens reached
+    CANCELLED = "cancelled"  # the user (or the system) cancelled the turn
+    ERROR = "error"  # the turn failed; an ErrorInfo says why
+
+
+class Role(enum.StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One chat message of a conversation's history."""
+
+    role: Role
+    content: str
+
+
+class DecodingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Sampling settings of one turn; defaults suit the small bundled model."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.1
+    seed: int | None = None
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An error as it travels in-band: a stable code, a message for humans, retry advice."""
+
+    code: str
+    message: str
+    retryable: bool = False
+
+
+class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int = 0
+
+
+class Timings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Latencies of a turn as measured by the worker (milliseconds).
+
+    `queue_ms`: from acceptance at the edge to the start of generation;
+    `ttft_ms`: from acceptance at the edge to the first token;
+    `itl_ms`: gaps between successive token chunks; `e2e_ms`: acceptance to last token.
+    """
+
+    queue_ms: float
+    ttft_ms: float | None
+    e2e_ms: float
+    itl_ms: list[float] = []
+
+
+WIRE_VERSION = 1
+
+
+class Event(
+    msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=True, kw_only=True
+):
+    """Base of every event: the turn it belongs to, and the envelope version `v`."""
+
+    turn_id: str
+    v: int = WIRE_VERSION
+
+
+class TurnSubmitted(Event, tag="turn.submitted"):
+    """The edge accepted a user turn (Kafka `turns.submitted`, keyed by conversation)."""
+
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    edge_id: str  # the edge node whose relay channel receives the answer
+    text: str
+    submitted_at_ms: float  # wall clock at acceptance, epoch milliseconds
+    decoding: DecodingParams = DecodingParams()
+    client: str = ""
+
+
+class TurnCancelled(Event, tag="turn.cancelled"):
+    """Control: stop generating this turn (Redis broadcast to workers + a marker key)."""
+
+    conversation_id: str
+    reason: str = "user"
+
+
+class TokenChunk(Event, tag="token.chunk"):
+    """Relay frame: a piece of the answer, in order (`seq` counts chunks from 0)."""
+
+    seq: int
+    text: str
+    emitted_at_ms: float
+
+
+class TurnStarted(Event, tag="turn.started"):
+    """Relay frame: a worker picked the turn up (the client sees it leave the queue)."""
+
+    worker_id: str
+    model: str
+
+
+class TurnCompleted(Event, tag="turn.completed"):
+    """Terminal event of a turn: relayed to the edge and recorded in Kafka `turns.completed`."""
+
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    finish_reason: FinishReason
+    text: str
+    usage: Usage
+    timings: Timings
+    model: str
+    worker_id: str
+    completed_at_ms: float
+    error: ErrorInfo | None = None
+
+
+AnyEvent = TurnSubmitted | TurnCancelled | TokenChunk | TurnStarted | TurnCompleted

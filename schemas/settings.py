@@ -1,0 +1,147 @@
+"""Every environment variable turnstream reads, declared once, with its default and meaning.
+
+`Settings.from_env()` builds one typed, frozen object at startup; services receive it (or the
+fields they need) and never read `os.environ` themselves. `python -m schemas.settings` prints
+the table for the docs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schemas.errors import SettingsError
+
+
+def _var(env: str, default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"env": env, "doc": doc})
+
+
+def default_state_dir() -> str:
+    return str(Path.home() / ".turnstream")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- shared -----------------------------------------------------------------------------
+    state_dir: str = _var(
+        "TURNSTREAM_HOME", default_state_dir(), "Data, caches, logs and pids of the local stack."
+    )
+    kafka_bootstrap: str = _var(
+        "TURNSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092", "Kafka bootstrap servers."
+    )
+    redis_url: str = _var("TURNSTREAM_REDIS_URL", "redis://127.0.0.1:16379/0", "Redis URL.")
+    namespace: str = _var(
+        "TURNSTREAM_NAMESPACE", "", "Prefix of topics and Redis keys (isolates tests, replays)."
+    )
+    clickhouse_url: str = _var(
+        "TURNSTREAM_CLICKHOUSE_URL",
+        "",
+        "ClickHouse server URL (http://user:pass@host:8123/db); empty: embedded chdb engine.",
+    )
+    log_level: str = _var("TURNSTREAM_LOG_LEVEL", "INFO", "Python log level of the services.")
+    # --- edge -------------------------------------------------------------------------------
+    edge_host: str = _var("TURNSTREAM_EDGE_HOST", "127.0.0.1", "Address the edge binds.")
+    edge_port: int = _var("TURNSTREAM_EDGE_PORT", 8765, "Port the edge binds (0: any).")
+    edge_id: str = _var("TURNSTREAM_EDGE_ID", "", "This edge node's id (empty: random).")
+    auth_secret: str = _var(
+        "TURNSTREAM_AUTH_SECRET",
+        "turnstream-dev-secret-for-local-use-only",
+        "HMAC secret of client tokens (HS256). The default is for local use only.",
+    )
+    max_message_bytes: int = _var(
+        "TURNSTREAM_MAX_MESSAGE_BYTES", 32 * 1024, "Largest client message answered normally."
+    )
+    max_frame_bytes: int = _var(
+        "TURNSTREAM_MAX_FRAME_BYTES",
+        1024 * 1024,
+        "Hard WebSocket frame limit; larger frames close the connection (1009).",
+    )
+    max_turn_chars: int = _var(
+        "TURNSTREAM_MAX_TURN_CHARS", 8000, "Longest text of one user turn, in characters."
+    )
+    publish_timeout_s: float = _var(
+        "TURNSTREAM_PUBLISH_TIMEOUT_S", 5.0, "How long the edge waits for Kafka to ack a turn."
+    )
+    max_turns_in_flight_per_session: int = _var(
+        "TURNSTREAM_MAX_TURNS_IN_FLIGHT", 8, "Open turns one WebSocket session may have."
+    )
+    # --- inference worker -------------------------------------------------------------------
+    worker_id: str = _var("TURNSTREAM_WORKER_ID", "", "This worker's id (empty: random).")
+    engine: str = _var("TURNSTREAM_ENGINE", "vllm", "Engine backend: vllm | fake.")
+    model_path: str = _var(
+        "TURNSTREAM_MODEL_PATH",
+        "",
+        "Model folder for vLLM (empty: the converted bundled SmolLM2 under TURNSTREAM_HOME).",
+    )
+    model_name: str = _var("TURNSTREAM_MODEL_NAME", "smollm2-135m-instruct", "Served model name.")
+    dtype: str = _var("TURNSTREAM_DTYPE", "float32", "Weights dtype (fp32 avoids bf16 loops).")
+    kv_cache_bytes: int = _var(
+        "TURNSTREAM_KV_CACHE_BYTES", 512 * 1024 * 1024, "KV cache budget of the engine."
+    )
+    max_model_len: int = _var("TURNSTREAM_MAX_MODEL_LEN", 2048, "Longest prompt+answer, tokens.")
+    max_inflight_turns: int = _var(
+        "TURNSTREAM_MAX_INFLIGHT_TURNS",
+        64,
+        "Turns one worker generates at once; beyond it the worker stops fetching (backpressure).",
+    )
+    history_max_messages: int = _var(
+        "TURNSTREAM_HISTORY_MAX_MESSAGES", 20, "Messages of history kept per conversation."
+    )
+    history_ttl_s: int = _var(
+        "TURNSTREAM_HISTORY_TTL_S", 7 * 24 * 3600, "Idle time after which a history expires."
+    )
+    system_prompt: str = _var(
+        "TURNSTREAM_SYSTEM_PROMPT",
+        "You are a helpful, concise assistant.",
+        "System persona prepended to every conversation.",
+    )
+    fake_token_interval_ms: float = _var(
+        "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS", 20.0, "Fake engine: time between tokens."
+    )
+    fetch_max_wait_ms: int = _var(
+        "TURNSTREAM_FETCH_MAX_WAIT_MS", 5, "Kafka consumer fetch wait on latency paths."
+    )
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read every declared variable; explicit keyword overrides win (tests, CLIs)."""
+        environ = dict(os.environ if environ is None else environ)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name in overrides:
+                values[f.name] = overrides[f.name]
+                continue
+            raw = environ.get(f.metadata["env"])
+            if raw is not None:
+                values[f.name] = _parse(f.metadata["env"], raw, type(f.default))
+        return cls(**values)
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir)
+
+
+def _parse(name: str, raw: str, kind: type) -> Any:
+    try:
+        if kind is bool:
+            return raw.strip().lower() in {"1", "true", "yes", "on"}
+        return kind(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(variable, default, meaning) for every declared setting."""
+    return [
+        (f.metadata["env"], repr(f.default), f.metadata["doc"])
+        for f in dataclasses.fields(Settings)
+    ]
+
+
+if __name__ == "__main__":
+    for env, default, doc in describe():
+        print(f"{env:38} {default:28} {doc}")

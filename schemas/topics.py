@@ -1,0 +1,51 @@
+"""The Kafka topic registry: every topic the system uses, with partitions, key and retention.
+
+Topics are created from this registry by `infra.kafka.topics` (auto-create is off on the
+broker). A namespace prefix isolates test runs and replays from live traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """One topic: its base name, partition count, what its messages are keyed by, retention."""
+
+    name: str
+    partitions: int
+    key: str
+    retention_ms: int
+    doc: str
+
+    def full_name(self, namespace: str = "") -> str:
+        """The topic's name on the broker, with the run's namespace in front when set."""
+        return f"{namespace}.{self.name}" if namespace else self.name
+
+
+TURNS_SUBMITTED = TopicSpec(
+    name="turns.submitted",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=7 * DAY_MS,
+    doc="User turns accepted by an edge; keyed by conversation so a conversation stays ordered.",
+)
+TURNS_COMPLETED = TopicSpec(
+    name="turns.completed",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=7 * DAY_MS,
+    doc="Terminal outcome of every turn (stop, length, cancelled, error) with usage and timings.",
+)
+DEAD_LETTERS = TopicSpec(
+    name="deadletters",
+    partitions=1,
+    key="source topic",
+    retention_ms=30 * DAY_MS,
+    doc="Messages a consumer could not decode or handle, with the reason in headers; replayable.",
+)
+
+REGISTRY: tuple[TopicSpec, ...] = (TURNS_SUBMITTED, TURNS_COMPLETED, DEAD_LETTERS)

@@ -1,0 +1,1 @@
+"""Kafka consumer services, one subpackage per role, sharing `workers.runtime`."""

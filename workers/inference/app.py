@@ -1,0 +1,119 @@
+"""Wiring of the inference worker: settings → engine, Kafka, Redis → running service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from schemas.channels import RedisNames
+from schemas.ids import make_instance_id, now_ms
+from schemas.settings import Settings
+from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TURNS_SUBMITTED
+from workers.inference.engine import Engine
+from workers.inference.history import ConversationHistory
+from workers.inference.service import InferenceService, ServiceConfig
+from workers.runtime.consumer import ConsumerLoop
+from workers.runtime.kafka import make_consumer, make_producer
+from workers.runtime.relay import RelayPublisher
+
+log = logging.getLogger("turnstream.inference")
+
+CONSUMER_GROUP = "inference"
+
+
+def build_engine(settings: Settings) -> Engine:
+    """The configured engine: real vLLM by default, the fake for pipeline benchmarks."""
+    if settings.engine == "fake":
+        from workers.inference.fake_engine import FakeEngine
+
+        return FakeEngine(token_interval_s=settings.fake_token_interval_ms / 1000)
+    from infra.models.smollm2 import default_model_dir
+    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+
+    path = settings.model_path or str(default_model_dir(settings))
+    return VllmEngine(
+        VllmOptions(
+            model_path=path,
+            model_name=settings.model_name,
+            dtype=settings.dtype,
+            kv_cache_bytes=settings.kv_cache_bytes,
+            max_model_len=settings.max_model_len,
+            max_num_seqs=settings.max_inflight_turns,
+        )
+    )
+
+
+@dataclass
+class RunningWorker:
+    service: InferenceService
+    loop: ConsumerLoop
+    relay: RelayPublisher
+
+
+@contextlib.asynccontextmanager
+async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[RunningWorker]:
+    """Start the worker's tasks; on exit drain in-flight turns and close every client."""
+    worker_id = make_instance_id("inference", settings.worker_id)
+    names = RedisNames.for_namespace(settings.namespace)
+    redis = Redis.from_url(settings.redis_url)
+    producer = make_producer(settings.kafka_bootstrap, worker_id)
+    consumer = make_consumer(
+        settings.kafka_bootstrap,
+        TURNS_SUBMITTED.full_name(settings.namespace) + "." + CONSUMER_GROUP,
+        worker_id,
+        settings.fetch_max_wait_ms,
+    )
+    relay = RelayPublisher(redis)
+    service = InferenceService(
+        engine=engine,
+        redis=redis,
+        producer=producer,
+        relay=relay,
+        history=ConversationHistory(
+            redis,
+            names,
+            max_messages=settings.history_max_messages,
+            ttl_s=settings.history_ttl_s,
+        ),
+        names=names,
+        config=ServiceConfig(
+            worker_id=worker_id,
+            completed_topic=TURNS_COMPLETED.full_name(settings.namespace),
+            system_prompt=settings.system_prompt,
+        ),
+        clock_ms=now_ms,
+    )
+    loop = ConsumerLoop(
+        consumer,
+        producer,
+        service.handle,
+        topics=[TURNS_SUBMITTED.full_name(settings.namespace)],
+        deadletter_topic=DEAD_LETTERS.full_name(settings.namespace),
+        max_inflight=settings.max_inflight_turns,
+    )
+    await producer.start()
+    await consumer.start()
+    tasks = [
+        asyncio.create_task(relay.run(), name="relay"),
+        asyncio.create_task(service.listen_for_cancels(), name="cancels"),
+        asyncio.create_task(loop.run(), name="consume"),
+    ]
+    log.info("worker %s consuming %s", worker_id, loop.topics)
+    try:
+        yield RunningWorker(service, loop, relay)
+    finally:
+        tasks[2].cancel()
+        await asyncio.gather(tasks[2], return_exceptions=True)
+        await loop.drain(timeout_s=10.0)
+        await relay.flushed()
+        for task in tasks[:2]:
+            task.cancel()
+        await asyncio.gather(*tasks[:2], return_exceptions=True)
+        await consumer.stop()
+        await producer.stop()
+        await redis.aclose()

@@ -1,0 +1,55 @@
+"""The engine interface the inference service depends on (the shape of vLLM's EngineClient).
+
+The service never imports vLLM: `vllm_engine.VllmEngine` implements this protocol for real,
+`fake_engine.FakeEngine` deterministically for tests and pipeline benchmarks. Cancelling the
+consumer of `stream()` aborts the request inside the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from schemas.events import DecodingParams, FinishReason, Message
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    request_id: str
+    messages: Sequence[Message]
+    decoding: DecodingParams
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationDelta:
+    """New text since the previous delta; the last one has `finish_reason` set."""
+
+    text: str
+    new_tokens: int
+    prompt_tokens: int
+    cached_prompt_tokens: int = 0
+    finish_reason: FinishReason | None = None
+
+
+class EngineError(RuntimeError):
+    """The engine failed a request (bad prompt, overload, crash). `retryable` advises callers."""
+
+    code = "engine_error"
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.code = code or self.code
+        self.retryable = retryable
+
+
+class Engine(Protocol):
+    """What the inference service needs from an engine."""
+
+    model_name: str
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        """Generate; closing or cancelling the iterator aborts the request in the engine."""
+        ...
+
+    async def close(self) -> None: ...

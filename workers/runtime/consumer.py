@@ -1,0 +1,149 @@
+"""The worker loop: fetch from Kafka, decode, handle concurrently, commit what is safe.
+
+- Backpressure: at most `max_inflight` messages are handled at once; beyond that the loop
+  stops fetching (Kafka keeps the rest, nothing buffers without bound).
+- At-least-once: an offset is committed only when every earlier message of its partition is
+  done, so a crash redelivers unfinished work (handlers must be idempotent).
+- Undecodable or failing messages go to the dead-letter topic with the reason in headers;
+  they never stop the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.structs import OffsetAndMetadata
+
+from schemas.codec import decode
+from schemas.errors import DecodeError
+from schemas.events import AnyEvent
+from workers.runtime.offsets import OffsetTracker
+
+log = logging.getLogger("turnstream.worker")
+
+Handler = Callable[[AnyEvent], Awaitable[None]]
+COMMIT_INTERVAL_S = 0.2
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, loop: ConsumerLoop) -> None:
+        self._loop = loop
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._loop.commit()
+        self._loop.tracker.forget(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
+
+
+class ConsumerLoop:
+    def __init__(
+        self,
+        consumer: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+        handler: Handler,
+        *,
+        topics: list[str],
+        deadletter_topic: str,
+        max_inflight: int,
+    ) -> None:
+        self.consumer = consumer
+        self.producer = producer
+        self.handler = handler
+        self.topics = topics
+        self.deadletter_topic = deadletter_topic
+        self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        self.consumer.subscribe(self.topics, listener=_Rebalance(self))
+        committer = asyncio.create_task(self._commit_periodically())
+        try:
+            while True:
+                await self._slots.acquire()
+                try:
+                    record = await self.consumer.getone()
+                except BaseException:
+                    self._slots.release()
+                    raise
+                tp = TopicPartition(record.topic, record.partition)
+                self.tracker.started(tp, record.offset)
+                task = asyncio.create_task(self._process(tp, record))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        finally:
+            committer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await committer
+
+    async def drain(self, timeout_s: float) -> None:
+        """Let in-flight messages finish (graceful stop), then commit what is done."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.commit()
+
+    async def _process(self, tp: TopicPartition, record: ConsumerRecord) -> None:
+        handled = False
+        try:
+            try:
+                await self.handler(decode(record.value))
+            except DecodeError as err:
+                log.warning("dead-lettering %s@%d: %s", tp, record.offset, err)
+                await self._dead_letter(record, err.code, str(err))
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.exception("handler failed on %s@%d", tp, record.offset)
+                await self._dead_letter(record, "handler_failed", repr(err))
+            handled = True
+        except asyncio.CancelledError:
+            pass  # stopping: left uncommitted, so it is redelivered
+        except Exception:
+            # Could not even dead-letter (broker down): keep the offset uncommitted.
+            log.exception("could not dead-letter %s@%d; it will be redelivered", tp, record.offset)
+        finally:
+            if handled:
+                self.tracker.finished(tp, record.offset)
+            self._slots.release()
+
+    async def _dead_letter(self, record: ConsumerRecord, code: str, reason: str) -> None:
+        headers = [
+            ("source_topic", record.topic.encode()),
+            ("source_partition", str(record.partition).encode()),
+            ("source_offset", str(record.offset).encode()),
+            ("error_code", code.encode()),
+            ("error", reason[:1000].encode()),
+        ]
+        await self.producer.send_and_wait(
+            self.deadletter_topic, record.value, key=record.key, headers=headers
+        )
+
+    async def commit(self) -> None:
+        offsets = self.tracker.committable()
+        if not offsets:
+            return
+        assigned = self.consumer.assignment()
+        offsets = {tp: off for tp, off in offsets.items() if tp in assigned}
+        if not offsets:
+            return
+        await self.consumer.commit({tp: OffsetAndMetadata(off, "") for tp, off in offsets.items()})
+        self.tracker.mark_committed(offsets)
+
+    async def _commit_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(COMMIT_INTERVAL_S)
+            try:
+                await self.commit()
+            except Exception:
+                log.warning("offset commit failed; will retry", exc_info=True)

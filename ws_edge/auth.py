@@ -1,0 +1,55 @@
+"""Client authentication: HS256-signed tokens naming a user and a tenant.
+
+Pure (no I/O): the edge verifies, `mint_token` issues (dev CLI, tests, an auth service).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import jwt
+
+from ws_edge.errors import AuthError
+
+ALGORITHM = "HS256"
+ISSUER = "turnstream"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    user_id: str
+    tenant_id: str
+
+    @property
+    def owner(self) -> str:
+        """The value that marks a conversation as this principal's."""
+        return f"{self.tenant_id}/{self.user_id}"
+
+
+def mint_token(secret: str, user_id: str, tenant_id: str = "default", ttl_s: int = 86400) -> str:
+    now = int(time.time())
+    claims = {"sub": user_id, "tenant": tenant_id, "iat": now, "exp": now + ttl_s, "iss": ISSUER}
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def verify_token(secret: str, token: str) -> Principal:
+    """Return the token's principal or raise `AuthError` with a precise code."""
+    if not token:
+        raise AuthError("no token given", code="unauthenticated")
+    try:
+        claims = jwt.decode(
+            token,
+            secret,
+            algorithms=[ALGORITHM],
+            issuer=ISSUER,
+            options={"require": ["sub", "exp", "iss"]},
+        )
+    except jwt.ExpiredSignatureError:
+        raise AuthError("token expired", code="token_expired") from None
+    except jwt.InvalidTokenError as exc:
+        raise AuthError(f"token rejected: {exc}", code="token_invalid") from None
+    tenant = claims.get("tenant", "default")
+    if not isinstance(claims["sub"], str) or not isinstance(tenant, str):
+        raise AuthError("token claims sub and tenant must be strings", code="token_invalid")
+    return Principal(user_id=claims["sub"], tenant_id=tenant)

@@ -1,0 +1,80 @@
+"""Errors of the edge. Each carries the stable `code` the client sees in its `error` event.
+
+EdgeError
+├── ProtocolError           the client sent something the protocol does not accept
+│   ├── MalformedMessage    not JSON / not an object            code: malformed_json
+│   ├── UnknownMessageType  a `type` the protocol does not have  code: unknown_type
+│   ├── InvalidMessage      wrong fields or values               code: invalid_message
+│   └── MessageTooLarge     over TURNSTREAM_MAX_MESSAGE_BYTES    code: message_too_large
+├── AuthError               code: unauthenticated | token_invalid | token_expired
+├── ForbiddenConversation   the conversation belongs to someone else  code: forbidden_conversation
+├── TooManyTurns            per-session open-turn limit             code: too_many_turns (retryable)
+├── UnknownTurn             cancel of a turn this session does not own  code: unknown_turn
+├── BrokerUnavailable       Kafka did not ack the turn; nothing was accepted
+│                           code: broker_unavailable (retryable)
+└── StoreUnavailable        Redis did not answer; nothing was accepted
+                            code: store_unavailable (retryable)
+"""
+
+from __future__ import annotations
+
+
+class EdgeError(Exception):
+    code = "internal_error"
+    retryable = False
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class ProtocolError(EdgeError):
+    code = "invalid_message"
+
+
+class MalformedMessage(ProtocolError):
+    code = "malformed_json"
+
+
+class UnknownMessageType(ProtocolError):
+    code = "unknown_type"
+
+
+class InvalidMessage(ProtocolError):
+    code = "invalid_message"
+
+
+class MessageTooLarge(ProtocolError):
+    code = "message_too_large"
+
+
+class AuthError(EdgeError):
+    code = "unauthenticated"
+
+
+class ForbiddenConversation(EdgeError):
+    code = "forbidden_conversation"
+
+
+class TooManyTurns(EdgeError):
+    code = "too_many_turns"
+    retryable = True
+
+
+class UnknownTurn(EdgeError):
+    code = "unknown_turn"
+
+
+class BrokerUnavailable(EdgeError):
+    code = "broker_unavailable"
+    retryable = True
+
+
+class StoreUnavailable(EdgeError):
+    code = "store_unavailable"
+    retryable = True

@@ -1,0 +1,222 @@
+"""The asyncio shell around `Session`: sockets, Kafka publishing, the Redis relay.
+
+Each connection gets a `Session` (pure protocol), an `Outbox` and a writer task. Reading
+never waits on Kafka: a turn's claim-and-publish runs in its own task, so a slow broker
+delays only that turn's `turn.accepted`, never the connection or other users.
+Disconnecting does not cancel a turn: generation finishes and is recorded; `turn.cancel`
+stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from urllib.parse import parse_qs, urlsplit
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from producers.turn_publisher import PublishFailed, TurnPublisher
+from schemas.channels import RedisNames
+from schemas.codec import encode
+from schemas.events import AnyEvent, TurnCancelled, TurnCompleted
+from schemas.ids import make_instance_id, now_ms
+from schemas.settings import Settings
+from schemas.topics import TURNS_SUBMITTED
+from ws_edge.conversations import ConversationClaims
+from ws_edge.errors import BrokerUnavailable, ForbiddenConversation, StoreUnavailable
+from ws_edge.messages import encode_server
+from ws_edge.outbox import Outbox, OutboxOverflow
+from ws_edge.relay import RelaySubscriber
+from ws_edge.session import (
+    Action,
+    Close,
+    RequestCancel,
+    Send,
+    Session,
+    SessionLimits,
+    SubmitTurn,
+)
+
+log = logging.getLogger("turnstream.edge")
+
+CANCEL_MARKER_TTL_S = 3600
+CLOSE_TRY_AGAIN_LATER = 1013
+
+
+class EdgeServer:
+    def __init__(self, settings: Settings, *, edge_id: str | None = None) -> None:
+        self.settings = settings
+        self.edge_id = edge_id or make_instance_id("edge", settings.edge_id)
+        self.names = RedisNames.for_namespace(settings.namespace)
+        self.redis = Redis.from_url(settings.redis_url)
+        self.publisher = TurnPublisher(
+            settings.kafka_bootstrap,
+            TURNS_SUBMITTED.full_name(settings.namespace),
+            client_id=self.edge_id,
+            timeout_s=settings.publish_timeout_s,
+        )
+        self.relay = RelaySubscriber(self.redis, self.names.edge_channel(self.edge_id))
+        self.claims = ConversationClaims(self.redis, self.names, settings.history_ttl_s)
+        self.limits = SessionLimits(
+            max_message_bytes=settings.max_message_bytes,
+            max_turn_chars=settings.max_turn_chars,
+            max_open_turns=settings.max_turns_in_flight_per_session,
+        )
+        self.connections: set[_Connection] = set()
+        self._server: Server | None = None
+        self._relay_task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        await self.publisher.start()
+        self._relay_task = asyncio.create_task(self.relay.run(), name="edge-relay")
+        await asyncio.wait_for(self.relay.subscribed.wait(), timeout=10)
+        self._server = await serve(
+            self._handle,
+            self.settings.edge_host,
+            self.settings.edge_port,
+            max_size=self.settings.max_frame_bytes,
+            compression=None,  # small JSON frames: deflate costs more than it saves
+            ping_interval=20,
+            ping_timeout=20,
+        )
+        log.info("edge %s listening on %s:%d", self.edge_id, self.settings.edge_host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        if self._relay_task is not None:
+            self._relay_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._relay_task
+        await self.publisher.stop()
+        await self.redis.aclose()
+
+    async def _handle(self, websocket: ServerConnection) -> None:
+        connection = _Connection(self, websocket)
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+
+
+def _token_from_request(websocket: ServerConnection) -> str | None:
+    request = websocket.request
+    if request is None:
+        return None
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    tokens = parse_qs(urlsplit(request.path).query).get("token")
+    return tokens[0] if tokens else None
+
+
+class _Connection:
+    def __init__(self, edge: EdgeServer, websocket: ServerConnection) -> None:
+        self.edge = edge
+        self.websocket = websocket
+        user_agent = websocket.request.headers.get("User-Agent", "") if websocket.request else ""
+        self.session = Session(
+            session_id=uuid.uuid4().hex,
+            edge_id=edge.edge_id,
+            auth_secret=edge.settings.auth_secret,
+            limits=edge.limits,
+            clock_ms=now_ms,
+            client_info=user_agent[:200],
+        )
+        self.outbox = Outbox()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write())
+        try:
+            self._apply(self.session.open(_token_from_request(self.websocket)))
+            async for frame in self.websocket:
+                self._apply(self.session.receive(frame))
+        except ConnectionClosed:
+            pass
+        finally:
+            for turn_id in self.session.open_turns:
+                self.edge.relay.unroute(turn_id)
+            self.outbox.closed = True
+            writer.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(writer, *self._tasks, return_exceptions=True)
+
+    # ---- actions ---------------------------------------------------------------------------
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            match action:
+                case Send(event):
+                    try:
+                        self.outbox.put(encode_server(event))
+                    except OutboxOverflow as err:
+                        log.warning("closing slow client: %s", err)
+                        self._spawn(self.websocket.close(CLOSE_TRY_AGAIN_LATER, "slow consumer"))
+                        return
+                case SubmitTurn():
+                    self.edge.relay.route(action.turn.turn_id, self._on_relay)
+                    self._spawn(self._submit(action))
+                case RequestCancel():
+                    self._spawn(self._cancel(action))
+                case Close(code, reason):
+                    self._spawn(self.websocket.close(code, reason))
+
+    def _on_relay(self, event: AnyEvent) -> None:
+        if isinstance(event, TurnCompleted):
+            self.edge.relay.unroute(event.turn_id)
+        self._apply(self.session.relay(event))
+
+    async def _submit(self, action: SubmitTurn) -> None:
+        turn = action.turn
+        try:
+            if not await self.edge.claims.claim(turn.conversation_id, action.owner):
+                raise ForbiddenConversation(
+                    f"conversation {turn.conversation_id!r} belongs to another user"
+                )
+            await self.edge.publisher.publish(turn)
+        except (ForbiddenConversation, PublishFailed, RedisError) as exc:
+            self.edge.relay.unroute(turn.turn_id)
+            if isinstance(exc, PublishFailed):
+                err = BrokerUnavailable(f"turn not accepted, retry: {exc}")
+            elif isinstance(exc, RedisError):
+                err = StoreUnavailable(f"turn not accepted, retry: {exc}")
+            else:
+                err = exc
+            self._apply(self.session.submit_failed(turn.turn_id, err))
+            return
+        self._apply(self.session.submit_succeeded(turn.turn_id))
+
+    async def _cancel(self, action: RequestCancel) -> None:
+        names = self.edge.names
+        event = TurnCancelled(turn_id=action.turn_id, conversation_id=action.conversation_id)
+        async with self.edge.redis.pipeline(transaction=False) as pipe:
+            pipe.set(names.cancelled_key(action.turn_id), "1", ex=CANCEL_MARKER_TTL_S)
+            pipe.publish(names.control_channel(), encode(event))
+            await pipe.execute()
+
+    async def _write(self) -> None:
+        while True:
+            frames = await self.outbox.take_all()
+            try:
+                for frame in frames:
+                    await self.websocket.send(frame)
+            except ConnectionClosed:
+                return
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,303 @@
+"""One client session as a pure state machine: frames and relay events in, actions out.
+
+No sockets, no Redis, no Kafka here (the shape of python-websockets' `protocol.py`): the
+asyncio shell in `ws_edge.server` feeds it and carries out the actions it returns. That keeps
+every protocol rule testable without a loop.
+
+Turn lifecycle at the edge: `turn.create` → SubmitTurn (the shell claims the conversation and
+publishes to Kafka) → `submit_succeeded` sends `turn.accepted` → relayed frames stream as
+`response.*` → `response.done` closes the route. Frames that race ahead of the Kafka ack are
+held until `turn.accepted` is sent, so the client always sees them in order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from schemas.events import (
+    AnyEvent,
+    DecodingParams,
+    TokenChunk,
+    TurnCompleted,
+    TurnStarted,
+    TurnSubmitted,
+)
+from ws_edge.auth import Principal, verify_token
+from ws_edge.errors import (
+    AuthError,
+    EdgeError,
+    InvalidMessage,
+    MalformedMessage,
+    MessageTooLarge,
+    TooManyTurns,
+    UnknownMessageType,
+    UnknownTurn,
+)
+from ws_edge.messages import (
+    CLIENT_TYPES,
+    AnyClientMessage,
+    Authenticate,
+    CancelTurn,
+    CreateTurn,
+    ErrorEvent,
+    Ping,
+    Pong,
+    ResponseDelta,
+    ResponseDone,
+    ResponseStarted,
+    ServerEvent,
+    SessionReady,
+    TurnAccepted,
+    client_decoder,
+)
+
+MAX_AUTH_FAILURES = 3
+CLOSE_POLICY_VIOLATION = 4401
+_TURN_ID_NAMESPACE = uuid.UUID("6f1b9a52-3c8e-4d1a-9a57-2b8e0c1d7f10")
+
+
+# ---- actions the shell carries out ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Send:
+    event: ServerEvent
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitTurn:
+    """Claim the conversation for the principal, publish the turn, report back."""
+
+    turn: TurnSubmitted
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCancel:
+    turn_id: str
+    conversation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    code: int
+    reason: str
+
+
+Action = Send | SubmitTurn | RequestCancel | Close
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    max_message_bytes: int = 32 * 1024
+    max_turn_chars: int = 8000
+    max_open_turns: int = 8
+    default_max_tokens: int = 256
+
+
+@dataclass(slots=True)
+class _Route:
+    conversation_id: str
+    accepted: bool = False
+    held: list[AnyEvent] = field(default_factory=list)
+
+
+class _Envelope(msgspec.Struct):
+    type: str
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+
+
+def error_event(err: EdgeError, turn_id: str | None = None) -> Send:
+    return Send(
+        ErrorEvent(code=err.code, message=err.message, retryable=err.retryable, turn_id=turn_id)
+    )
+
+
+def turn_id_for(principal: Principal, client_turn_id: str | None) -> str:
+    """A retry with the same client_turn_id maps to the same turn (answered once)."""
+    if client_turn_id is None:
+        return uuid.uuid4().hex
+    return uuid.uuid5(_TURN_ID_NAMESPACE, f"{principal.owner}/{client_turn_id}").hex
+
+
+class Session:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        edge_id: str,
+        auth_secret: str,
+        limits: SessionLimits,
+        clock_ms: Callable[[], float],
+        client_info: str = "",
+    ) -> None:
+        self.session_id = session_id
+        self.edge_id = edge_id
+        self._secret = auth_secret
+        self._limits = limits
+        self._clock_ms = clock_ms
+        self._client_info = client_info
+        self.principal: Principal | None = None
+        self._auth_failures = 0
+        self._routes: dict[str, _Route] = {}
+
+    # ---- inputs ------------------------------------------------------------------------------
+    def open(self, token: str | None) -> list[Action]:
+        """Connection opened; a token from the URL or header authenticates at once."""
+        if token is None:
+            return []
+        return self._authenticate(token)
+
+    def receive(self, frame: str | bytes) -> list[Action]:
+        """One WebSocket frame from the client."""
+        try:
+            message = self._parse(frame)
+            return self._handle(message)
+        except EdgeError as err:
+            actions: list[Action] = [error_event(err)]
+            if isinstance(err, AuthError) and self._auth_failures >= MAX_AUTH_FAILURES:
+                actions.append(Close(CLOSE_POLICY_VIOLATION, "too many failed authentications"))
+            return actions
+
+    def submit_succeeded(self, turn_id: str) -> list[Action]:
+        route = self._routes.get(turn_id)
+        if route is None or route.accepted:
+            return []
+        route.accepted = True
+        actions: list[Action] = [Send(TurnAccepted(turn_id, route.conversation_id))]
+        held, route.held = route.held, []
+        for event in held:
+            actions.extend(self.relay(event))
+        return actions
+
+    def submit_failed(self, turn_id: str, err: EdgeError) -> list[Action]:
+        self._routes.pop(turn_id, None)
+        return [error_event(err, turn_id)]
+
+    def relay(self, event: AnyEvent) -> list[Action]:
+        """A frame of one of this session's turns, from the Redis relay."""
+        route = self._routes.get(event.turn_id)
+        if route is None:
+            return []
+        if not route.accepted:
+            route.held.append(event)
+            return []
+        match event:
+            case TurnStarted():
+                return [Send(ResponseStarted(event.turn_id, event.model))]
+            case TokenChunk():
+                return [Send(ResponseDelta(event.turn_id, event.seq, event.text))]
+            case TurnCompleted():
+                del self._routes[event.turn_id]
+                return [
+                    Send(
+                        ResponseDone(
+                            turn_id=event.turn_id,
+                            finish_reason=event.finish_reason,
+                            text=event.text,
+                            usage=event.usage,
+                            timings=event.timings,
+                            model=event.model,
+                            error=event.error,
+                        )
+                    )
+                ]
+        return []
+
+    # ---- state -------------------------------------------------------------------------------
+    @property
+    def open_turns(self) -> list[str]:
+        return list(self._routes)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.principal is not None
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _parse(self, frame: str | bytes) -> AnyClientMessage:
+        if isinstance(frame, bytes):
+            raise InvalidMessage("binary frames are not part of protocol v1; send JSON text")
+        size = len(frame.encode())
+        if size > self._limits.max_message_bytes:
+            raise MessageTooLarge(
+                f"message is {size} bytes; the limit is {self._limits.max_message_bytes}"
+            )
+        try:
+            envelope = _envelope_decoder.decode(frame)
+        except msgspec.ValidationError as exc:
+            raise InvalidMessage(f"every message needs a string `type`: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise MalformedMessage(f"not valid JSON: {exc}") from None
+        if envelope.type not in CLIENT_TYPES:
+            raise UnknownMessageType(
+                f"unknown message type {envelope.type!r}; expected one of {sorted(CLIENT_TYPES)}"
+            )
+        try:
+            return client_decoder.decode(frame)
+        except msgspec.DecodeError as exc:
+            raise InvalidMessage(f"invalid {envelope.type}: {exc}") from None
+
+    def _handle(self, message: AnyClientMessage) -> list[Action]:
+        if isinstance(message, Authenticate):
+            if self.principal is not None:
+                raise InvalidMessage("session is already authenticated")
+            return self._authenticate(message.token)
+        if isinstance(message, Ping):
+            return [Send(Pong(message.id))]
+        if self.principal is None:
+            raise AuthError("authenticate first (session.authenticate or ?token=)")
+        if isinstance(message, CreateTurn):
+            return self._create_turn(self.principal, message)
+        if isinstance(message, CancelTurn):
+            route = self._routes.get(message.turn_id)
+            if route is None:
+                raise UnknownTurn(f"no open turn {message.turn_id!r} in this session")
+            return [RequestCancel(message.turn_id, route.conversation_id)]
+        raise UnknownMessageType(f"unhandled message {type(message).__name__}")
+
+    def _authenticate(self, token: str) -> list[Action]:
+        try:
+            self.principal = verify_token(self._secret, token)
+        except AuthError:
+            self._auth_failures += 1
+            raise
+        return [
+            Send(
+                SessionReady(
+                    self.session_id, self.edge_id, self.principal.user_id, self.principal.tenant_id
+                )
+            )
+        ]
+
+    def _create_turn(self, principal: Principal, msg: CreateTurn) -> list[Action]:
+        if len(msg.text) > self._limits.max_turn_chars:
+            raise InvalidMessage(
+                f"text is {len(msg.text)} characters; the limit is {self._limits.max_turn_chars}"
+            )
+        if len(self._routes) >= self._limits.max_open_turns:
+            raise TooManyTurns(f"{len(self._routes)} turns already open; wait for one to finish")
+        turn_id = turn_id_for(principal, msg.client_turn_id)
+        if turn_id in self._routes:
+            raise InvalidMessage(f"turn {msg.client_turn_id!r} is already in flight")
+        defaults = DecodingParams(max_tokens=self._limits.default_max_tokens)
+        decoding = DecodingParams(
+            max_tokens=msg.max_tokens or defaults.max_tokens,
+            temperature=defaults.temperature if msg.temperature is None else msg.temperature,
+        )
+        turn = TurnSubmitted(
+            turn_id=turn_id,
+            conversation_id=msg.conversation_id,
+            tenant_id=principal.tenant_id,
+            user_id=principal.user_id,
+            edge_id=self.edge_id,
+            text=msg.text,
+            submitted_at_ms=self._clock_ms(),
+            decoding=decoding,
+            client=self._client_info,
+        )
+        self._routes[turn_id] = _Route(conversation_id=msg.conversation_id)
+        return [SubmitTurn(turn, principal.owner)]
