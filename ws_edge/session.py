@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -150,13 +151,16 @@ class Session:
         """Connection opened; a token from the URL or header authenticates at once."""
         if token is None:
             return []
-        return self._authenticate(token)
+        return self._answering_errors(self._authenticate, token)
 
     def receive(self, frame: str | bytes) -> list[Action]:
         """One WebSocket frame from the client."""
+        return self._answering_errors(lambda f: self._handle(self._parse(f)), frame)
+
+    def _answering_errors(self, step: Callable[[Any], list[Action]], arg: Any) -> list[Action]:
+        """Run one protocol step; an `EdgeError` becomes an error event, never an exception."""
         try:
-            message = self._parse(frame)
-            return self._handle(message)
+            return step(arg)
         except EdgeError as err:
             actions: list[Action] = [error_event(err)]
             if isinstance(err, AuthError) and self._auth_failures >= MAX_AUTH_FAILURES:

@@ -113,10 +113,9 @@ class InferenceService:
 
     # ---- one turn ------------------------------------------------------------------------
     async def run_turn(self, turn: TurnSubmitted) -> None:
-        if await self.redis.exists(self.names.done_key(turn.turn_id)):
-            log.info("turn %s already answered; skipping redelivery", turn.turn_id)
-            return
         async with self._conversation(turn.conversation_id):
+            if await self._replay_if_done(turn):  # inside the lock: duplicates queue up here
+                return
             progress = TurnProgress(turn)
             channel = self.names.edge_channel(turn.edge_id)
             if await self.redis.exists(self.names.cancelled_key(turn.turn_id)):
@@ -149,6 +148,21 @@ class InferenceService:
                 if not generation.done():
                     generation.cancel()
             await self._finish(progress, finish, error)
+
+    async def _replay_if_done(self, turn: TurnSubmitted) -> bool:
+        """A redelivered or retried turn is not generated again: its recorded outcome is
+        relayed to the edge that asked (which may be another one than the first time)."""
+        recorded = await self.redis.get(self.names.done_key(turn.turn_id))
+        if recorded is None:
+            return False
+        log.info("turn %s already answered; replaying its outcome", turn.turn_id)
+        try:
+            completed = decode(recorded)
+        except DecodeError:
+            log.warning("unreadable outcome of turn %s; generating again", turn.turn_id)
+            return False
+        self.relay.publish(self.names.edge_channel(turn.edge_id), completed)
+        return True
 
     async def _await_generation(
         self, turn_id: str, generation: asyncio.Task[None]
@@ -194,7 +208,8 @@ class InferenceService:
             worker_id=self.config.worker_id,
             error=error,
         )
-        self.relay.publish(self.names.edge_channel(turn.edge_id), completed)
+        # Record first, tell the client last: once it sees `response.done`, the outcome is
+        # durable in Kafka and the history, so its next turn sees this one.
         await self.producer.send_and_wait(
             self.config.completed_topic, encode(completed), key=turn.conversation_id.encode()
         )
@@ -202,7 +217,8 @@ class InferenceService:
             await self.history.append(
                 turn.conversation_id, history_after(turn.text, completed.text)
             )
-        await self.redis.set(self.names.done_key(turn.turn_id), finish.value, ex=DONE_TTL_S)
+        await self.redis.set(self.names.done_key(turn.turn_id), encode(completed), ex=DONE_TTL_S)
+        self.relay.publish(self.names.edge_channel(turn.edge_id), completed)
         self.turns_completed += 1
 
     @contextlib.asynccontextmanager

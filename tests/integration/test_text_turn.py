@@ -1,0 +1,131 @@
+"""One text turn end to end on the real Kafka and Redis, with the fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from schemas.codec import decode
+from schemas.events import FinishReason, Role, TurnCompleted
+from tests.integration.conftest import FAIL_TRIGGER
+from ws_edge.client import EdgeClient
+from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
+
+pytestmark = pytest.mark.integration
+
+
+def conv() -> str:
+    return f"c-{uuid.uuid4().hex[:10]}"
+
+
+async def test_answer_streams_as_deltas_then_done_with_usage_and_timings(fake_pipeline):
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        turn_id = await client.start_turn(conv(), "what is streaming")
+        events = [e async for e in client.events(turn_id)]
+    assert isinstance(events[0], ResponseStarted) and events[0].model == "fake-echo"
+    deltas = [e for e in events if isinstance(e, ResponseDelta)]
+    done = events[-1]
+    assert isinstance(done, ResponseDone)
+    assert len(deltas) > 3 and [d.seq for d in deltas] == list(range(len(deltas)))
+    assert "".join(d.text for d in deltas) == done.text == "You said: what is streaming (turn 1)"
+    assert done.finish_reason == FinishReason.STOP
+    assert done.usage.completion_tokens == len(deltas) and done.usage.prompt_tokens > 0
+    assert done.timings.ttft_ms is not None and done.timings.ttft_ms > 0
+    assert len(done.timings.itl_ms) == len(deltas) - 1
+
+
+async def test_second_turn_sees_the_first(fake_pipeline):
+    conversation = conv()
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        first = await client.ask(conversation, "first")
+        second = await client.ask(conversation, "second")
+    assert first.text.endswith("(turn 1)")
+    assert second.text.endswith("(turn 2)")  # the engine saw two user messages
+    history = await fake_pipeline.worker.service.history.load(conversation)
+    assert [m.role for m in history] == [Role.USER, Role.ASSISTANT] * 2
+
+
+async def test_turns_of_one_conversation_are_answered_in_order(fake_pipeline):
+    conversation = conv()
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        ids = [await client.start_turn(conversation, f"q{i}") for i in range(3)]
+        dones = [[e async for e in client.events(t)][-1] for t in ids]
+    assert [d.text.rsplit(" ", 1)[-1] for d in dones] == ["1)", "2)", "3)"]
+
+
+async def test_cancel_aborts_generation_and_history_keeps_what_was_shown(fake_pipeline):
+    conversation = conv()
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        turn_id = await client.start_turn(conversation, "word " * 300)
+        shown = ""
+        async for event in client.events(turn_id):
+            if isinstance(event, ResponseDelta):
+                shown += event.text
+                if len(shown) > 20:
+                    await client.cancel(turn_id)
+            if isinstance(event, ResponseDone):
+                done = event
+    assert done.finish_reason == FinishReason.CANCELLED
+    assert turn_id in fake_pipeline.engine.aborted
+    assert done.text.startswith(shown) and len(done.text) < 200
+    history = await fake_pipeline.worker.service.history.load(conversation)
+    assert history[-1].role == Role.ASSISTANT and history[-1].content == done.text
+
+
+async def test_disconnect_does_not_cancel_the_turn(fake_pipeline):
+    conversation = conv()
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        await client.start_turn(conversation, "keep going " * 5)
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        later = await client.ask(conversation, "are you there")
+    assert later.text.endswith("(turn 2)")
+
+
+async def test_engine_failure_closes_the_turn_in_band(fake_pipeline):
+    conversation = conv()
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        failed = await client.ask(conversation, FAIL_TRIGGER)
+        after = await client.ask(conversation, "still there?")
+    assert failed.finish_reason == FinishReason.ERROR
+    assert failed.error is not None and failed.error.code == "engine_error"
+    assert after.finish_reason == FinishReason.STOP
+    assert after.text.endswith("(turn 1)")  # the failed turn left no history
+
+
+async def test_retry_with_client_turn_id_is_answered_once(fake_pipeline):
+    conversation = conv()
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        first = await client.ask(conversation, "idempotent", client_turn_id="retry-1")
+        again = await client.ask(conversation, "idempotent", client_turn_id="retry-1")
+    assert again.turn_id == first.turn_id and again.text == first.text
+    history = await fake_pipeline.worker.service.history.load(conversation)
+    assert len(history) == 2  # generated and recorded once
+
+
+async def test_completed_turns_are_recorded_in_kafka(fake_pipeline):
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        done = await client.ask(conv(), "record me")
+    settings = fake_pipeline.settings
+    consumer = AIOKafkaConsumer(
+        f"{settings.namespace}.turns.completed",
+        bootstrap_servers=settings.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        found = None
+        async with asyncio.timeout(30):
+            while found is None:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    for record in records:
+                        event = decode(record.value)
+                        if event.turn_id == done.turn_id:
+                            found = event
+    finally:
+        await consumer.stop()
+    assert isinstance(found, TurnCompleted)
+    assert found.text == done.text and found.tenant_id == "acme" and found.user_id == "alice"

@@ -1,0 +1,242 @@
+"""The edge's protocol rules, at the event level: no loop, no sockets."""
+
+import time
+
+import msgspec
+import pytest
+
+from schemas.events import FinishReason, Timings, TokenChunk, TurnCompleted, TurnStarted, Usage
+from ws_edge.auth import mint_token
+from ws_edge.errors import BrokerUnavailable
+from ws_edge.messages import (
+    ErrorEvent,
+    Pong,
+    ResponseDelta,
+    ResponseDone,
+    ResponseStarted,
+    SessionReady,
+    TurnAccepted,
+)
+from ws_edge.session import (
+    MAX_AUTH_FAILURES,
+    Close,
+    RequestCancel,
+    Send,
+    Session,
+    SessionLimits,
+    SubmitTurn,
+    turn_id_for,
+)
+
+SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+
+
+def make_session(**limits) -> Session:
+    return Session(
+        session_id="s1",
+        edge_id="edge-1",
+        auth_secret=SECRET,
+        limits=SessionLimits(**limits),
+        clock_ms=lambda: 1000.0,
+    )
+
+
+def authed(**limits) -> Session:
+    session = make_session(**limits)
+    session.open(mint_token(SECRET, "alice", "acme"))
+    return session
+
+
+def frame(**fields) -> str:
+    return msgspec.json.encode(fields).decode()
+
+
+def only_error(actions) -> ErrorEvent:
+    assert len(actions) == 1 and isinstance(actions[0], Send), actions
+    event = actions[0].event
+    assert isinstance(event, ErrorEvent), event
+    return event
+
+
+def test_token_in_url_authenticates_at_open():
+    session = make_session()
+    [action] = session.open(mint_token(SECRET, "alice", "acme"))
+    assert action == Send(SessionReady("s1", "edge-1", "alice", "acme"))
+
+
+def test_authenticate_message_then_turn():
+    session = make_session()
+    assert session.open(None) == []
+    [ready] = session.receive(frame(type="session.authenticate", token=mint_token(SECRET, "bob")))
+    assert isinstance(ready.event, SessionReady) and ready.event.user_id == "bob"
+    [submit] = session.receive(frame(type="turn.create", conversation_id="c1", text="hi"))
+    assert isinstance(submit, SubmitTurn)
+    assert submit.owner == "default/bob"
+    assert submit.turn.text == "hi" and submit.turn.edge_id == "edge-1"
+    assert submit.turn.submitted_at_ms == 1000.0
+
+
+def test_turn_before_authentication_is_refused_and_session_survives():
+    session = make_session()
+    err = only_error(session.receive(frame(type="turn.create", conversation_id="c", text="x")))
+    assert err.code == "unauthenticated"
+    assert isinstance(session.receive(frame(type="ping", id="p"))[0].event, Pong)
+
+
+@pytest.mark.parametrize(
+    ("token", "code"),
+    [
+        (mint_token("some-other-secret-of-enough-length-xxxxxx", "eve"), "token_invalid"),
+        ("garbage.token.here", "token_invalid"),
+        (mint_token(SECRET, "alice", ttl_s=-10), "token_expired"),
+        ("", "unauthenticated"),
+    ],
+)
+def test_bad_tokens_get_precise_codes(token, code):
+    session = make_session()
+    err = only_error(session.receive(frame(type="session.authenticate", token=token)))
+    assert err.code == code
+    assert not session.authenticated
+
+
+def test_repeated_auth_failures_close_the_connection():
+    session = make_session()
+    bad = frame(type="session.authenticate", token="forged")
+    for _ in range(MAX_AUTH_FAILURES - 1):
+        assert len(session.receive(bad)) == 1
+    actions = session.receive(bad)
+    assert isinstance(actions[-1], Close) and actions[-1].code == 4401
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        ("{not json", "malformed_json"),
+        ("[]", "invalid_message"),
+        ('{"type": 5}', "invalid_message"),
+        ('{"type": "turn.explode"}', "unknown_type"),
+        (
+            '{"type": "turn.create", "conversation_id": "c", "text": "x", "extra": 1}',
+            "invalid_message",
+        ),
+        ('{"type": "turn.create", "conversation_id": "../etc", "text": "x"}', "invalid_message"),
+        ('{"type": "turn.create", "conversation_id": "c", "text": ""}', "invalid_message"),
+        (
+            '{"type": "turn.create", "conversation_id": "c", "text": "x", "max_tokens": 0}',
+            "invalid_message",
+        ),
+        ('{"type": "turn.cancel"}', "invalid_message"),
+    ],
+)
+def test_malformed_messages_get_precise_errors(raw, code):
+    session = authed()
+    err = only_error(session.receive(raw))
+    assert err.code == code, err.message
+    assert err.message
+
+
+def test_unknown_field_error_names_the_field():
+    session = authed()
+    err = only_error(session.receive(frame(type="ping", id="1", colour="red")))
+    assert "colour" in err.message
+
+
+def test_binary_frames_are_refused():
+    assert only_error(authed().receive(b"\x00\x01")).code == "invalid_message"
+
+
+def test_oversized_message_and_overlong_turn():
+    session = authed(max_message_bytes=100, max_turn_chars=10)
+    big = frame(type="turn.create", conversation_id="c", text="x" * 200)
+    assert only_error(session.receive(big)).code == "message_too_large"
+    long_text = frame(type="turn.create", conversation_id="c", text="y" * 11)
+    assert "limit is 10" in only_error(session.receive(long_text)).message
+
+
+def test_open_turn_limit_is_retryable():
+    session = authed(max_open_turns=1)
+    assert isinstance(
+        session.receive(frame(type="turn.create", conversation_id="c", text="a"))[0], SubmitTurn
+    )
+    err = only_error(session.receive(frame(type="turn.create", conversation_id="c", text="b")))
+    assert err.code == "too_many_turns" and err.retryable
+
+
+def _submit(session: Session, text: str = "hello") -> str:
+    [submit] = session.receive(frame(type="turn.create", conversation_id="c1", text=text))
+    return submit.turn.turn_id
+
+
+def test_frames_racing_ahead_of_the_ack_are_held_in_order():
+    session = authed()
+    turn_id = _submit(session)
+    assert session.relay(TurnStarted(turn_id=turn_id, worker_id="w", model="m")) == []
+    assert session.relay(TokenChunk(turn_id=turn_id, seq=0, text="Hel", emitted_at_ms=1)) == []
+    actions = session.submit_succeeded(turn_id)
+    assert [type(a.event) for a in actions] == [TurnAccepted, ResponseStarted, ResponseDelta]
+    [delta] = session.relay(TokenChunk(turn_id=turn_id, seq=1, text="lo", emitted_at_ms=2))
+    assert delta.event == ResponseDelta(turn_id, 1, "lo")
+
+
+def test_completion_closes_the_route():
+    session = authed()
+    turn_id = _submit(session)
+    session.submit_succeeded(turn_id)
+    done = TurnCompleted(
+        turn_id=turn_id,
+        conversation_id="c1",
+        tenant_id="acme",
+        user_id="alice",
+        finish_reason=FinishReason.STOP,
+        text="Hello",
+        usage=Usage(5, 2),
+        timings=Timings(queue_ms=1, ttft_ms=2, e2e_ms=3),
+        model="m",
+        worker_id="w",
+        completed_at_ms=time.time(),
+    )
+    [action] = session.relay(done)
+    assert isinstance(action.event, ResponseDone) and action.event.text == "Hello"
+    assert session.open_turns == []
+    assert session.relay(done) == []  # late duplicates are ignored
+
+
+def test_failed_publish_reports_retryable_error_and_frees_the_slot():
+    session = authed(max_open_turns=1)
+    turn_id = _submit(session)
+    err = only_error(session.submit_failed(turn_id, BrokerUnavailable("kafka down")))
+    assert err.code == "broker_unavailable" and err.retryable and err.turn_id == turn_id
+    assert session.open_turns == []
+
+
+def test_cancel_only_own_open_turns():
+    session = authed()
+    turn_id = _submit(session)
+    [action] = session.receive(frame(type="turn.cancel", turn_id=turn_id))
+    assert action == RequestCancel(turn_id, "c1")
+    err = only_error(session.receive(frame(type="turn.cancel", turn_id="someone-elses")))
+    assert err.code == "unknown_turn"
+
+
+def test_client_turn_id_makes_retries_idempotent_per_user():
+    from ws_edge.auth import Principal
+
+    alice, bob = Principal("alice", "acme"), Principal("bob", "acme")
+    assert turn_id_for(alice, "r1") == turn_id_for(alice, "r1")
+    assert turn_id_for(alice, "r1") != turn_id_for(bob, "r1")
+    assert turn_id_for(alice, None) != turn_id_for(alice, None)
+    session = authed()
+    first = session.receive(
+        frame(type="turn.create", conversation_id="c", text="a", client_turn_id="r1")
+    )
+    dup = session.receive(
+        frame(type="turn.create", conversation_id="c", text="a", client_turn_id="r1")
+    )
+    assert isinstance(first[0], SubmitTurn)
+    assert "already in flight" in only_error(dup).message
+
+
+def test_forged_token_at_open_is_an_error_event_not_an_exception():
+    session = make_session()
+    err = only_error(session.open("forged.token.value"))
+    assert err.code == "token_invalid" and not session.authenticated
