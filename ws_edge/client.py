@@ -66,9 +66,9 @@ class EdgeClient:
     async def send_raw(self, frame: str | bytes) -> None:
         await self.websocket.send(frame)
 
-    async def next_event(self, timeout: float = 30.0) -> AnyServerEvent:
+    async def next_event(self, wait_s: float = 30.0) -> AnyServerEvent:
         """The next event that is not part of an accepted turn's stream."""
-        return await asyncio.wait_for(self._pending.get(), timeout)
+        return await asyncio.wait_for(self._pending.get(), wait_s)
 
     async def start_turn(self, conversation_id: str, text: str, **options) -> str:
         """Send a turn and wait for `turn.accepted`; raise `TurnRejected` on an error event."""
@@ -79,11 +79,11 @@ class EdgeClient:
         assert isinstance(event, TurnAccepted), event
         return event.turn_id
 
-    async def events(self, turn_id: str, timeout: float = 120.0) -> AsyncIterator[AnyServerEvent]:
+    async def events(self, turn_id: str, wait_s: float = 120.0) -> AsyncIterator[AnyServerEvent]:
         """The turn's events up to and including `response.done`."""
         queue = self._turns[turn_id]
         while True:
-            event = await asyncio.wait_for(queue.get(), timeout)
+            event = await asyncio.wait_for(queue.get(), wait_s)
             yield event
             if isinstance(event, ResponseDone):
                 del self._turns[turn_id]
