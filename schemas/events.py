@@ -39,7 +39,7 @@ class DecodingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
-    repetition_penalty: float = 1.1
+    repetition_penalty: float = 1.0
     seed: int | None = None
 
 

@@ -96,8 +96,8 @@ class Settings:
     )
     system_prompt: str = _var(
         "TURNSTREAM_SYSTEM_PROMPT",
-        "You are a helpful, concise assistant.",
-        "System persona prepended to every conversation.",
+        "",
+        "System persona of every conversation (empty: the model's own default).",
     )
     fake_token_interval_ms: float = _var(
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS", 20.0, "Fake engine: time between tokens."

@@ -27,3 +27,32 @@ async def fake_pipeline(fake_settings: Settings):
     engine = FakeEngine(token_interval_s=0.005, fail_on=FAIL_TRIGGER)
     async with pipeline(fake_settings, engine) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(test_models_dir):
+    from tests.support.tiny_model import build_tiny_model
+
+    return build_tiny_model(test_models_dir / "tiny-llama-v1")
+
+
+@pytest.fixture(scope="session")
+async def tiny_engine(tiny_model_path):
+    """One real vLLM engine on the tiny model for the whole session (start ~20-40 s)."""
+    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+
+    engine = VllmEngine(
+        VllmOptions(
+            model_path=str(tiny_model_path), model_name="tiny-llama", max_model_len=1024,
+            kv_cache_bytes=128 * 1024 * 1024, max_num_seqs=16,
+        )
+    )
+    yield engine
+    await engine.close()
+
+
+@pytest.fixture(scope="session")
+async def vllm_pipeline(services: Settings, session_namespace: str, tiny_engine):
+    settings = Settings.from_env(namespace=f"{session_namespace}-vllm", edge_port=0)
+    async with pipeline(settings, tiny_engine) as running:
+        yield running

@@ -1,0 +1,169 @@
+"""`python -m infra.stack`: the whole local stack, then the terminal chat.
+
+Starts the services (Kafka, Redis, topics, ClickHouse migrations), converts the bundled
+model if needed, starts the inference worker (vLLM) and the edge as child processes, waits
+until each is ready (showing progress), then opens the chat. Ctrl-C at the prompt, or
+leaving the chat, stops everything cleanly (services too, unless --keep-services).
+`--serve` runs the stack without the chat until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from infra.models.smollm2 import default_model_dir, is_converted
+from schemas.settings import Settings
+from ws_edge.auth import mint_token
+from ws_edge.chat import chat
+
+REPO = Path(__file__).resolve().parent.parent
+SPINNER = "|/-\\"
+
+
+class StackError(RuntimeError):
+    pass
+
+
+class Child:
+    """A service process whose output goes to a log file; ready when it prints `ready_text`."""
+
+    def __init__(self, name: str, module: str, log_path: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.ready_line: str | None = None
+        self._log = log_path.open("a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # Ctrl-C reaches us, and we stop children in order
+        )
+        self._ready = threading.Event()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._log.write(line)
+            self._log.flush()
+            if " ready" in line and not self._ready.is_set():
+                self.ready_line = line.strip()
+                self._ready.set()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        started = time.monotonic()
+        i = 0
+        while not self._ready.wait(0.25):
+            elapsed = time.monotonic() - started
+            if self.process.poll() is not None:
+                raise StackError(
+                    f"{self.name} exited (code {self.process.returncode}); see {self.log_path}"
+                )
+            if elapsed > timeout_s:
+                raise StackError(
+                    f"{self.name} not ready after {timeout_s:.0f} s; see {self.log_path}"
+                )
+            print(
+                f"\r  {SPINNER[i % 4]} starting {self.name}... {elapsed:4.0f} s",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+            i += 1
+        print(
+            f"\r  ✓ {self.name} ready ({time.monotonic() - started:.0f} s)          ",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+def run_script(*args: str) -> None:
+    subprocess.run([str(REPO / "infra" / args[0]), *args[1:]], check=True, cwd=REPO)
+
+
+def prepare(settings: Settings, engine: str) -> None:
+    """Steps 1-2: services up, bundled model converted (both idempotent)."""
+    print("[1/4] local services", file=sys.stderr)
+    run_script("services.sh", "start")
+    if engine == "vllm" and not settings.model_path:
+        print("[2/4] bundled model", file=sys.stderr)
+        if not is_converted(default_model_dir(settings)):
+            subprocess.run([sys.executable, "-m", "infra.models.smollm2"], check=True, cwd=REPO)
+        else:
+            print(f"  ✓ {default_model_dir(settings)}", file=sys.stderr)
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--engine", default=settings.engine, choices=["vllm", "fake"])
+    parser.add_argument("--serve", action="store_true", help="no chat; serve until Ctrl-C")
+    parser.add_argument("--keep-services", action="store_true")
+    args = parser.parse_args()
+
+    logs = settings.state_path / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TURNSTREAM_ENGINE": args.engine, "PYTHONUNBUFFERED": "1"}
+    prepare(settings, args.engine)
+    children: list[Child] = []
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    exit_code = 0
+    try:
+        print("[3/4] inference worker (vLLM start takes 20-45 s on CPU)", file=sys.stderr)
+        worker = Child("inference worker", "workers.inference", logs / "inference.log", env)
+        children.append(worker)
+        worker.wait_ready(timeout_s=600)
+        print("[4/4] edge", file=sys.stderr)
+        edge = Child("edge", "ws_edge", logs / "edge.log", env)
+        children.append(edge)
+        edge.wait_ready(timeout_s=60)
+        print(f"logs: {logs}", file=sys.stderr)
+        url = f"ws://{settings.edge_host}:{settings.edge_port}/"
+        if args.serve:
+            print(f"serving on {url} (Ctrl-C stops)", file=sys.stderr)
+            while True:
+                time.sleep(3600)
+        else:
+            token = mint_token(settings.auth_secret, os.environ.get("USER", "you"), "local")
+            asyncio.run(chat(url, token))
+    except KeyboardInterrupt:
+        pass
+    except StackError as err:
+        print(f"\nerror: {err}", file=sys.stderr)
+        exit_code = 1
+    finally:
+        print("\nstopping...", file=sys.stderr)
+        for child in reversed(children):
+            child.stop()
+        if not args.keep_services:
+            run_script("services.sh", "stop")
+    sys.exit(exit_code)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The real vLLM engine (CPU build here) on a tiny model built by the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from schemas.events import DecodingParams, FinishReason, Message, Role
+from workers.inference.engine import GenerationRequest
+from ws_edge.client import EdgeClient
+from ws_edge.messages import ResponseDelta, ResponseDone
+
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+
+LONG_SYSTEM = "You are a helpful concise assistant answering questions about the world. " * 12
+
+
+def request(text: str, max_tokens: int = 16, system: str = LONG_SYSTEM) -> GenerationRequest:
+    return GenerationRequest(
+        request_id=uuid.uuid4().hex,
+        messages=[Message(Role.SYSTEM, system), Message(Role.USER, text)],
+        decoding=DecodingParams(max_tokens=max_tokens, temperature=0.0),
+    )
+
+
+def unfinished(engine) -> int:
+    return engine._llm.output_processor.get_num_unfinished_requests()
+
+
+async def test_streams_deltas_with_exact_usage(tiny_engine):
+    req = request("hello how are you", max_tokens=12)
+    deltas = [d async for d in tiny_engine.stream(req)]
+    assert deltas[-1].finish_reason in (FinishReason.LENGTH, FinishReason.STOP)
+    assert sum(d.new_tokens for d in deltas) <= 12
+    assert deltas[-1].prompt_tokens == len(tiny_engine.render(req))
+
+
+async def test_greedy_decoding_is_deterministic(tiny_engine):
+    first = "".join([d.text async for d in tiny_engine.stream(request("one two three"))])
+    second = "".join([d.text async for d in tiny_engine.stream(request("one two three"))])
+    assert first == second and first
+
+
+async def test_prefix_cache_serves_a_repeated_history(tiny_engine):
+    [d async for d in tiny_engine.stream(request("the capital of france"))]
+    deltas = [d async for d in tiny_engine.stream(request("the capital of italy"))]
+    assert deltas[-1].cached_prompt_tokens > 0
+
+
+async def test_concurrent_requests_are_batched(tiny_engine):
+    results = await asyncio.gather(
+        *[_collect(tiny_engine, request(f"question {i}", max_tokens=20)) for i in range(8)]
+    )
+    assert all(r for r in results)
+    assert unfinished(tiny_engine) == 0
+
+
+async def test_cancelling_the_stream_aborts_inside_vllm(tiny_engine):
+    req = request("one two three four", max_tokens=900, system="")
+    seen = []
+
+    async def consume():
+        async for delta in tiny_engine.stream(req):
+            seen.append(delta)
+
+    task = asyncio.create_task(consume())
+    while len(seen) < 3:
+        await asyncio.sleep(0.01)
+    assert unfinished(tiny_engine) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):
+        if unfinished(tiny_engine) == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert unfinished(tiny_engine) == 0
+    assert len(seen) < 900
+
+
+async def test_pipeline_on_vllm_two_turns_and_a_cancel(vllm_pipeline):
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    async with EdgeClient.connect(vllm_pipeline.url, vllm_pipeline.token()) as client:
+        # long enough to fill whole KV blocks, which is what the prefix cache keeps
+        first = await client.ask(conversation, "hello how are you today " * 40, max_tokens=8)
+        second = await client.ask(conversation, "and again", max_tokens=8)
+        turn_id = await client.start_turn(conversation, "go on", max_tokens=900)
+        async for event in client.events(turn_id):
+            if isinstance(event, ResponseDelta) and event.seq == 2:
+                await client.cancel(turn_id)
+            if isinstance(event, ResponseDone):
+                cancelled = event
+    assert first.model == "tiny-llama" and first.usage.completion_tokens > 0
+    # the second prompt holds the first exchange, so it is longer and mostly cached
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens
+    assert second.usage.cached_prompt_tokens > 0
+    assert cancelled.finish_reason == FinishReason.CANCELLED
+    assert cancelled.usage.completion_tokens < 900
+    assert unfinished(vllm_pipeline.engine) == 0
+
+
+async def _collect(engine, req) -> str:
+    return "".join([d.text async for d in engine.stream(req)])
