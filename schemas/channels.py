@@ -1,12 +1,14 @@
 """Redis channel and key names, in one place so every service agrees on them.
 
-All names hang under a prefix (default ``ts``) that isolates test runs the same way the
-topic namespace does.
+`redis_client` builds the one kind of client every service uses. All names hang under a
+prefix (default ``ts``) that isolates test runs the same way the topic namespace does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from redis.asyncio import BlockingConnectionPool, Redis
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +43,10 @@ class RedisNames:
     def owner_key(self, conversation_id: str) -> str:
         """Who owns a conversation (`tenant/user`): nobody else may add turns to it."""
         return f"{self.prefix}:conv:{conversation_id}:owner"
+
+
+def redis_client(url: str, *, max_connections: int = 64, wait_s: float = 5.0) -> Redis:
+    """A Redis client whose pool waits for a free connection (up to `wait_s`) instead of
+    failing at once under a burst: bounded connections, backpressure rather than errors."""
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait_s)
+    return Redis(connection_pool=pool)

@@ -72,8 +72,10 @@ async def answer(client: EdgeClient, conversation: str, text: str) -> None:
 async def chat(url: str, token: str) -> None:
     async with EdgeClient.connect(url, token) as client:
         assert client.ready is not None
-        print(f"connected to {url} as {client.ready.user_id} "
-              "(Ctrl-C stops an answer, /new starts over, /quit or Ctrl-D leaves)")
+        print(
+            f"connected to {url} as {client.ready.user_id} "
+            "(Ctrl-C stops an answer, /new starts over, /quit or Ctrl-D leaves)"
+        )
         conversation = f"chat-{uuid.uuid4().hex[:12]}"
         while True:
             line = await read_line("\nyou> ")

@@ -15,13 +15,12 @@ import logging
 import uuid
 from urllib.parse import parse_qs, urlsplit
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from producers.turn_publisher import PublishFailed, TurnPublisher
-from schemas.channels import RedisNames
+from schemas.channels import RedisNames, redis_client
 from schemas.codec import encode
 from schemas.events import AnyEvent, TurnCancelled, TurnCompleted
 from schemas.ids import make_instance_id, now_ms
@@ -53,7 +52,7 @@ class EdgeServer:
         self.settings = settings
         self.edge_id = edge_id or make_instance_id("edge", settings.edge_id)
         self.names = RedisNames.for_namespace(settings.namespace)
-        self.redis = Redis.from_url(settings.redis_url)
+        self.redis = redis_client(settings.redis_url)
         self.publisher = TurnPublisher(
             settings.kafka_bootstrap,
             TURNS_SUBMITTED.full_name(settings.namespace),

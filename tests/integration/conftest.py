@@ -43,8 +43,11 @@ async def tiny_engine(tiny_model_path):
 
     engine = VllmEngine(
         VllmOptions(
-            model_path=str(tiny_model_path), model_name="tiny-llama", max_model_len=1024,
-            kv_cache_bytes=128 * 1024 * 1024, max_num_seqs=16,
+            model_path=str(tiny_model_path),
+            model_name="tiny-llama",
+            max_model_len=1024,
+            kv_cache_bytes=128 * 1024 * 1024,
+            max_num_seqs=16,
         )
     )
     yield engine

@@ -60,14 +60,16 @@ async def test_concurrent_requests_are_batched(tiny_engine):
 async def test_cancelling_the_stream_aborts_inside_vllm(tiny_engine):
     req = request("one two three four", max_tokens=900, system="")
     seen = []
+    three_seen = asyncio.Event()
 
     async def consume():
         async for delta in tiny_engine.stream(req):
             seen.append(delta)
+            if len(seen) == 3:
+                three_seen.set()
 
     task = asyncio.create_task(consume())
-    while len(seen) < 3:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(three_seen.wait(), 60)
     assert unfinished(tiny_engine) == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

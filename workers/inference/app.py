@@ -8,9 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
-from schemas.channels import RedisNames
+from schemas.channels import RedisNames, redis_client
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
 from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TURNS_SUBMITTED
@@ -60,7 +58,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
     """Start the worker's tasks; on exit drain in-flight turns and close every client."""
     worker_id = make_instance_id("inference", settings.worker_id)
     names = RedisNames.for_namespace(settings.namespace)
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.redis_url)
     producer = make_producer(settings.kafka_bootstrap, worker_id)
     consumer = make_consumer(
         settings.kafka_bootstrap,
