@@ -28,6 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import uvloop
+
 from bench.stats import Comparison, compare, percentile
 from infra.kafka.topics import ensure_topics
 from infra.stack import REPO, Child
@@ -48,6 +50,11 @@ VLLM_TEXT = "Write a short story about a robot who learns to paint."
 class Samples:
     ttft_ms: list[float] = field(default_factory=list)
     itl_ms: list[float] = field(default_factory=list)
+    # pipeline only, per hop: client send → turn.accepted (edge claim + Kafka ack),
+    # edge accept → worker start (Kafka delivery + worker prep), edge accept → first token
+    accept_ms: list[float] = field(default_factory=list)
+    queue_ms: list[float] = field(default_factory=list)
+    server_ttft_ms: list[float] = field(default_factory=list)
     turns: int = 0
     wall_s: float = 0.0
 
@@ -98,6 +105,7 @@ async def run_pipeline(
                 max_tokens=decoding.max_tokens,
                 temperature=decoding.temperature,
             )
+            samples.accept_ms.append((time.perf_counter() - start) * 1000)
             first = True
             async for event in client.events(turn_id, wait_s=600):
                 now = time.perf_counter()
@@ -108,6 +116,9 @@ async def run_pipeline(
                     first, last = False, now
                 elif isinstance(event, ResponseDone):
                     samples.turns += 1
+                    samples.queue_ms.append(event.timings.queue_ms)
+                    if event.timings.ttft_ms is not None:
+                        samples.server_ttft_ms.append(event.timings.ttft_ms)
 
     async with contextlib.AsyncExitStack() as stack:
         clients = [
@@ -156,6 +167,15 @@ def report(engine: str, results: dict[int, dict[str, Samples]]) -> list[Comparis
                     f"{n:>7} {metric:>5} p{c.q:<3.0f} {c.direct_ms:9.2f} {c.pipeline_ms:9.2f} "
                     f"{c.added_ms:8.2f} {c.ratio:6.2f}"
                 )
+    print("\nwhere pipeline TTFT goes (ms, p50 / p99)")
+    print(f"{'streams':>7} {'accepted':>15} {'queued':>15} {'worker ttft':>15}")
+    for n, pair in results.items():
+        p = pair["pipeline"]
+        cells = [
+            f"{percentile(v, 50):6.1f} / {percentile(v, 99):6.1f}"
+            for v in (p.accept_ms, p.queue_ms, p.server_ttft_ms)
+        ]
+        print(f"{n:>7} {cells[0]:>15} {cells[1]:>15} {cells[2]:>15}")
     return rows
 
 
@@ -283,7 +303,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--token-interval-ms", type=float, default=20.0)
-    asyncio.run(main_async(parser.parse_args()))
+    uvloop.run(main_async(parser.parse_args()))
 
 
 if __name__ == "__main__":

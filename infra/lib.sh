@@ -3,11 +3,14 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The same variables (and defaults) as schemas/settings.py, where they are documented.
 TURNSTREAM_HOME="${TURNSTREAM_HOME:-$HOME/.turnstream}"
-KAFKA_PORT="${TURNSTREAM_KAFKA_PORT:-19092}"
-KAFKA_CONTROLLER_PORT="${TURNSTREAM_KAFKA_CONTROLLER_PORT:-19093}"
-REDIS_PORT="${TURNSTREAM_REDIS_PORT:-16379}"
-PYTHON="${TURNSTREAM_PYTHON:-$REPO_ROOT/.venv/bin/python}"
+KAFKA_BOOTSTRAP="${TURNSTREAM_KAFKA_BOOTSTRAP:-127.0.0.1:19092}"
+REDIS_URL="${TURNSTREAM_REDIS_URL:-redis://127.0.0.1:16379/0}"
+KAFKA_PORT="${KAFKA_BOOTSTRAP##*:}"
+KAFKA_CONTROLLER_PORT="$((KAFKA_PORT + 1))"
+REDIS_PORT="$(sed -E 's#^redis://([^@]*@)?[^:/]+:([0-9]+).*#\2#' <<< "$REDIS_URL")"
+PYTHON="$REPO_ROOT/.venv/bin/python"
 mkdir -p "$TURNSTREAM_HOME"/{logs,run,cache}
 
 log() { printf '[turnstream %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

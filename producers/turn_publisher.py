@@ -2,7 +2,7 @@
 
 The producer starts in the background and reconnects on its own, so the edge keeps serving
 (and says `broker_unavailable`, retryable) while Kafka is down instead of refusing to start.
-A turn counts as accepted only once Kafka acked it (acks=all, idempotent producer); when the
+A turn counts as accepted only once Kafka acked it (acks=all); when the
 ack does not come in time the client is told to retry, and a retry with the same
 `client_turn_id` maps to the same turn id, so the worker answers it once.
 """
@@ -47,11 +47,12 @@ class TurnPublisher:
     async def _connect_forever(self) -> None:
         delay = 0.2
         while self._producer is None:
+            # acks=all, no idempotent mode: see workers.runtime.kafka.make_producer for why.
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._bootstrap,
                 client_id=self._client_id,
                 acks="all",
-                enable_idempotence=True,
+                enable_idempotence=False,
                 linger_ms=0,
                 request_timeout_ms=int(self._timeout_s * 1000),
             )

@@ -47,3 +47,20 @@ def decode(payload: bytes | str) -> AnyEvent:
         return _event_decoder.decode(payload)
     except msgspec.DecodeError as exc:
         raise MalformedEvent(f"invalid {envelope.type}: {exc}") from None
+
+
+_batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def encode_batch(encoded_events: list[bytes]) -> bytes:
+    """Several already-encoded events as one JSON array (one relay message, one decode)."""
+    return b"[" + b",".join(encoded_events) + b"]"
+
+
+def decode_batch(payload: bytes | str) -> list[AnyEvent]:
+    """Parse a batch; every element is checked like a single event (`decode`)."""
+    try:
+        items = _batch_decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise MalformedEvent(f"not an event batch: {exc}") from None
+    return [decode(bytes(item)) for item in items]

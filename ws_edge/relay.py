@@ -14,7 +14,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from schemas.codec import decode
+from schemas.codec import decode_batch
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent
 
@@ -62,12 +62,13 @@ class RelaySubscriber:
 
     def _dispatch(self, payload: bytes) -> None:
         try:
-            event = decode(payload)
+            events = decode_batch(payload)
         except DecodeError as err:
-            log.warning("dropping undecodable relay frame: %s", err)
+            log.warning("dropping undecodable relay message: %s", err)
             return
-        deliver = self._routes.get(event.turn_id)
-        if deliver is None:
-            self.unrouted += 1  # the client left; the answer is still recorded by the worker
-            return
-        deliver(event)
+        for event in events:
+            deliver = self._routes.get(event.turn_id)
+            if deliver is None:
+                self.unrouted += 1  # the client left; the worker still records the answer
+                continue
+            deliver(event)

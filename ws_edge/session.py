@@ -13,6 +13,7 @@ held until `turn.accepted` is sent, so the client always sees them in order.
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,6 +146,10 @@ class Session:
         self.principal: Principal | None = None
         self._auth_failures = 0
         self._routes: dict[str, _Route] = {}
+        # One publish in flight per conversation, the rest wait here in order, so Kafka
+        # receives a conversation's turns in the order the client sent them.
+        self._publishing: dict[str, str] = {}
+        self._waiting: dict[str, deque[SubmitTurn]] = {}
 
     # ---- inputs ------------------------------------------------------------------------------
     def open(self, token: str | None) -> list[Action]:
@@ -176,11 +181,30 @@ class Session:
         held, route.held = route.held, []
         for event in held:
             actions.extend(self.relay(event))
-        return actions
+        return actions + self._next_submit(route.conversation_id)
 
     def submit_failed(self, turn_id: str, err: EdgeError) -> list[Action]:
-        self._routes.pop(turn_id, None)
-        return [error_event(err, turn_id)]
+        route = self._routes.pop(turn_id, None)
+        actions: list[Action] = [error_event(err, turn_id)]
+        if route is not None:
+            actions += self._next_submit(route.conversation_id)
+        return actions
+
+    def _queue_submit(self, submit: SubmitTurn) -> list[Action]:
+        conversation = submit.turn.conversation_id
+        if conversation in self._publishing:
+            self._waiting.setdefault(conversation, deque()).append(submit)
+            return []
+        self._publishing[conversation] = submit.turn.turn_id
+        return [submit]
+
+    def _next_submit(self, conversation: str) -> list[Action]:
+        self._publishing.pop(conversation, None)
+        waiting = self._waiting.get(conversation)
+        if not waiting:
+            self._waiting.pop(conversation, None)
+            return []
+        return self._queue_submit(waiting.popleft())
 
     def relay(self, event: AnyEvent) -> list[Action]:
         """A frame of one of this session's turns, from the Redis relay."""
@@ -304,4 +328,4 @@ class Session:
             client=self._client_info,
         )
         self._routes[turn_id] = _Route(conversation_id=msg.conversation_id)
-        return [SubmitTurn(turn, principal.owner)]
+        return self._queue_submit(SubmitTurn(turn, principal.owner))

@@ -11,8 +11,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from schemas.codec import encode
-from schemas.events import FinishReason, TurnSubmitted
+from schemas.codec import decode_batch, encode
+from schemas.events import FinishReason, TurnCompleted, TurnSubmitted
 from schemas.ids import now_ms
 from schemas.settings import Settings
 from ws_edge.client import EdgeClient, TurnRejected
@@ -182,8 +182,9 @@ async def test_undecodable_and_duplicate_messages_on_the_topic(fake_pipeline):
         async with asyncio.timeout(30):
             while completions < 2:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1)
-                if message and b'"turn.completed"' in message["data"]:
-                    completions += 1
+                if message:
+                    events = decode_batch(message["data"])
+                    completions += sum(isinstance(e, TurnCompleted) for e in events)
     finally:
         await producer.stop()
         await pubsub.aclose()

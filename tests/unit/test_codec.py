@@ -86,3 +86,15 @@ def test_bad_payloads_raise_typed_errors(payload, error):
         decode(payload)
     assert isinstance(info.value, DecodeError)
     assert info.value.code == error.code
+
+
+def test_batches_round_trip_and_check_every_element():
+    from schemas.codec import decode_batch, encode_batch
+
+    assert decode_batch(encode_batch([encode(e) for e in EVENTS])) == EVENTS
+    assert decode_batch(encode_batch([])) == []
+    bad = encode_batch([encode(EVENTS[0]), b'{"v": 9, "type": "token.chunk"}'])
+    with pytest.raises(UnsupportedVersion):
+        decode_batch(bad)
+    with pytest.raises(MalformedEvent):
+        decode_batch(b'{"not": "a list"}')

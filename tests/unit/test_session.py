@@ -240,3 +240,20 @@ def test_forged_token_at_open_is_an_error_event_not_an_exception():
     session = make_session()
     err = only_error(session.open("forged.token.value"))
     assert err.code == "token_invalid" and not session.authenticated
+
+
+def test_turns_of_one_conversation_are_published_one_at_a_time_in_order():
+    session = authed()
+    create = lambda conv, text: frame(type="turn.create", conversation_id=conv, text=text)  # noqa: E731
+    [first] = session.receive(create("c1", "one"))
+    assert session.receive(create("c1", "two")) == []  # waits for the first's ack
+    assert session.receive(create("c1", "three")) == []
+    [other] = session.receive(create("c2", "elsewhere"))  # other conversations don't wait
+    assert isinstance(other, SubmitTurn)
+    accepted, second = session.submit_succeeded(first.turn.turn_id)
+    assert isinstance(accepted.event, TurnAccepted) and second.turn.text == "two"
+    error, third = session.submit_failed(second.turn.turn_id, BrokerUnavailable("down"))
+    assert error.event.code == "broker_unavailable" and third.turn.text == "three"
+    assert session.submit_succeeded(third.turn.turn_id)[-1] == Send(
+        TurnAccepted(third.turn.turn_id, "c1")
+    )

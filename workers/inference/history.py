@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import msgspec
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from schemas.channels import RedisNames
 from schemas.events import Message
@@ -25,6 +26,14 @@ class ConversationHistory:
 
     async def load(self, conversation_id: str) -> list[Message]:
         raw = await self._redis.lrange(self._names.history_key(conversation_id), 0, -1)
+        return self.parse(raw)
+
+    def queue_load(self, pipe: Pipeline, conversation_id: str) -> None:
+        """Add the load to a caller's pipeline (saves a round trip); `parse` its result."""
+        pipe.lrange(self._names.history_key(conversation_id), 0, -1)
+
+    @staticmethod
+    def parse(raw: list[bytes]) -> list[Message]:
         return [_decoder.decode(item) for item in raw]
 
     async def append(self, conversation_id: str, messages: list[Message]) -> None:

@@ -114,14 +114,20 @@ class InferenceService:
     # ---- one turn ------------------------------------------------------------------------
     async def run_turn(self, turn: TurnSubmitted) -> None:
         async with self._conversation(turn.conversation_id):
-            if await self._replay_if_done(turn):  # inside the lock: duplicates queue up here
-                return
+            # One round trip for everything the turn needs to know before it starts.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.get(self.names.done_key(turn.turn_id))
+                pipe.exists(self.names.cancelled_key(turn.turn_id))
+                self.history.queue_load(pipe, turn.conversation_id)
+                recorded, cancelled, raw_history = await pipe.execute()
+            if recorded is not None and self._replay(turn, recorded):
+                return  # inside the lock: a duplicate waits for the original, then replays
             progress = TurnProgress(turn)
             channel = self.names.edge_channel(turn.edge_id)
-            if await self.redis.exists(self.names.cancelled_key(turn.turn_id)):
+            if cancelled:
                 await self._finish(progress, FinishReason.CANCELLED)
                 return
-            history = await self.history.load(turn.conversation_id)
+            history = self.history.parse(raw_history)
             request = GenerationRequest(
                 request_id=turn.turn_id,
                 messages=build_messages(self.config.system_prompt, history, turn.text),
@@ -149,18 +155,15 @@ class InferenceService:
                     generation.cancel()
             await self._finish(progress, finish, error)
 
-    async def _replay_if_done(self, turn: TurnSubmitted) -> bool:
+    def _replay(self, turn: TurnSubmitted, recorded: bytes) -> bool:
         """A redelivered or retried turn is not generated again: its recorded outcome is
         relayed to the edge that asked (which may be another one than the first time)."""
-        recorded = await self.redis.get(self.names.done_key(turn.turn_id))
-        if recorded is None:
-            return False
-        log.info("turn %s already answered; replaying its outcome", turn.turn_id)
         try:
             completed = decode(recorded)
         except DecodeError:
             log.warning("unreadable outcome of turn %s; generating again", turn.turn_id)
             return False
+        log.info("turn %s already answered; replaying its outcome", turn.turn_id)
         self.relay.publish(self.names.edge_channel(turn.edge_id), completed)
         return True
 

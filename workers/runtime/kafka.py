@@ -6,12 +6,18 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 
 def make_producer(bootstrap: str, client_id: str) -> AIOKafkaProducer:
-    """Idempotent, acks=all, no linger: a turn is durable before anyone is told it was sent."""
+    """acks=all, no linger: an event is durable before anyone is told it was sent.
+
+    Not Kafka's idempotent producer: duplicates are already harmless (events carry turn ids
+    and consumers dedupe on them), and aiokafka's idempotent mode serialises in-flight
+    requests, which cost 8 ms p50 / 25 ms p99 per send under a 128-turn burst here (vs
+    2 / 5 ms). Order per conversation is kept by the senders (one send in flight each).
+    """
     return AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         client_id=client_id,
         acks="all",
-        enable_idempotence=True,
+        enable_idempotence=False,
         linger_ms=0,
         request_timeout_ms=10000,
     )

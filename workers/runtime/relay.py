@@ -2,9 +2,10 @@
 
 One awaited PUBLISH per token caps near 7k msgs/s per connection (DESIGN.md §3). Instead,
 frames queue in memory and a single sender task ships everything queued in one pipelined
-round trip; while a round trip is in flight the next batch builds up ("natural batching"):
-no timer, so an idle system sends each frame at once and a busy one sends bigger batches.
-Order is preserved per process, so a turn's frames reach its edge in order.
+round trip, one message per edge channel holding all of that edge's frames (a JSON array,
+`schemas.codec.encode_batch`); while a round trip is in flight the next batch builds up
+("natural batching"): no timer, so an idle system sends each frame at once and a busy one
+sends bigger batches. Order is preserved per process, so a turn's frames arrive in order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from schemas.codec import encode
+from schemas.codec import encode, encode_batch
 from schemas.events import Event
 
 log = logging.getLogger("turnstream.relay")
@@ -56,8 +57,8 @@ class RelayPublisher:
                 batch, self._pending = self._pending, []
                 try:
                     async with self._redis.pipeline(transaction=False) as pipe:
-                        for channel, payload in batch:
-                            pipe.publish(channel, payload)
+                        for channel, payloads in _by_channel(batch).items():
+                            pipe.publish(channel, encode_batch(payloads))
                         await pipe.execute()
                     backoff = 0.05
                     self.frames_sent += len(batch)
@@ -68,3 +69,10 @@ class RelayPublisher:
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
             self._idle.set()
+
+
+def _by_channel(batch: list[tuple[str, bytes]]) -> dict[str, list[bytes]]:
+    grouped: dict[str, list[bytes]] = {}
+    for channel, payload in batch:
+        grouped.setdefault(channel, []).append(payload)
+    return grouped

