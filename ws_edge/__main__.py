@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import signal
-
 import uvloop
 
-from schemas.settings import Settings
+from schemas.service_process import start_process
 from ws_edge.server import EdgeServer
 
 
 async def main() -> None:
-    settings = Settings.from_env()
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    settings, stop = start_process()
     edge = EdgeServer(settings)
     await edge.start()
     print(f"edge ready on ws://{settings.edge_host}:{edge.port}/", flush=True)

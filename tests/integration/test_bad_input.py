@@ -7,7 +7,7 @@ import json
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -15,6 +15,7 @@ from schemas.codec import decode_batch, encode
 from schemas.events import FinishReason, TurnCompleted, TurnSubmitted
 from schemas.ids import now_ms
 from schemas.settings import Settings
+from tests.support.kafka import find_record
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ErrorEvent, ResponseDone, SessionReady
 from ws_edge.server import EdgeServer
@@ -191,20 +192,9 @@ async def test_undecodable_and_duplicate_messages_on_the_topic(fake_pipeline):
     history = await fake_pipeline.worker.service.history.load(turn.conversation_id)
     assert len(history) == 2  # both deliveries got an answer, generated once
 
-    consumer = AIOKafkaConsumer(
-        f"{ns}.deadletters",
-        bootstrap_servers=settings.kafka_bootstrap,
-        auto_offset_reset="earliest",
+    found = await find_record(
+        settings.kafka_bootstrap, f"{ns}.deadletters", lambda r: marker in r.value
     )
-    await consumer.start()
-    try:
-        found = None
-        async with asyncio.timeout(30):
-            while found is None:
-                for records in (await consumer.getmany(timeout_ms=500)).values():
-                    found = next((r for r in records if marker in r.value), found)
-    finally:
-        await consumer.stop()
     headers = dict(found.headers)
     assert headers["error_code"] == b"malformed_event"
     assert headers["source_topic"] == f"{ns}.turns.submitted".encode()

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from schemas.codec import decode
 from schemas.events import FinishReason, Role, TurnCompleted
 from tests.integration.conftest import FAIL_TRIGGER
+from tests.support.kafka import find_record
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
 
@@ -109,23 +108,11 @@ async def test_completed_turns_are_recorded_in_kafka(fake_pipeline):
     async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
         done = await client.ask(conv(), "record me")
     settings = fake_pipeline.settings
-    consumer = AIOKafkaConsumer(
+    record = await find_record(
+        settings.kafka_bootstrap,
         f"{settings.namespace}.turns.completed",
-        bootstrap_servers=settings.kafka_bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
+        lambda r: decode(r.value).turn_id == done.turn_id,
     )
-    await consumer.start()
-    try:
-        found = None
-        async with asyncio.timeout(30):
-            while found is None:
-                for records in (await consumer.getmany(timeout_ms=500)).values():
-                    for record in records:
-                        event = decode(record.value)
-                        if event.turn_id == done.turn_id:
-                            found = event
-    finally:
-        await consumer.stop()
+    found = decode(record.value)
     assert isinstance(found, TurnCompleted)
     assert found.text == done.text and found.tenant_id == "acme" and found.user_id == "alice"

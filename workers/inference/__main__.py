@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 
 import uvloop
 
-from schemas.settings import Settings
+from schemas.service_process import start_process
 from workers.inference.app import build_engine, run_worker
 
 log = logging.getLogger("turnstream.inference")
 
 
 async def main() -> None:
-    settings = Settings.from_env()
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    settings, stop = start_process()
     log.info("starting engine %s", settings.engine)
     engine = build_engine(settings)
     try:

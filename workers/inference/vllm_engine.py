@@ -59,7 +59,7 @@ class VllmEngine:
             max_num_seqs=options.max_num_seqs,
             seed=options.seed,
         )
-        self._llm = AsyncLLM.from_engine_args(args)
+        self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
 
     def render(self, request: GenerationRequest) -> list[int]:
         messages = [{"role": str(m.role), "content": m.content} for m in request.messages]
@@ -90,6 +90,8 @@ class VllmEngine:
             seed=d.seed,
             output_kind=RequestOutputKind.DELTA,
         )
+        if self._llm is None:
+            raise EngineError("engine is closed", code="engine_closed")
         try:
             async for out in self._llm.generate(
                 {"prompt_token_ids": prompt_ids}, params, request.request_id
@@ -113,4 +115,9 @@ class VllmEngine:
             raise EngineError(f"vLLM failed: {exc}", retryable=True) from exc
 
     async def close(self) -> None:
-        self._llm.shutdown()
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.shutdown()
+            # Drop it now: AsyncLLM.__del__ shuts down again, which fails noisily when it
+            # only runs at interpreter exit.
+            del llm

@@ -4,8 +4,9 @@
   stops fetching (Kafka keeps the rest, nothing buffers without bound).
 - At-least-once: an offset is committed only when every earlier message of its partition is
   done, so a crash redelivers unfinished work (handlers must be idempotent).
-- Undecodable or failing messages go to the dead-letter topic with the reason in headers;
-  they never stop the consumer.
+- Undecodable messages and handler bugs go to the dead-letter topic with the reason in
+  headers; they never stop the consumer. Outages of Kafka or Redis are retried with
+  backoff instead (dead-lettering a valid turn would leave its user without an answer).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
+from redis.exceptions import RedisError
 
 from schemas.codec import decode
 from schemas.errors import DecodeError
@@ -28,6 +31,7 @@ log = logging.getLogger("turnstream.worker")
 
 Handler = Callable[[AnyEvent], Awaitable[None]]
 COMMIT_INTERVAL_S = 0.2
+MAX_RETRY_DELAY_S = 5.0
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -52,12 +56,14 @@ class ConsumerLoop:
         topics: list[str],
         deadletter_topic: str,
         max_inflight: int,
+        retry_on: tuple[type[BaseException], ...] = (RedisError, KafkaError, OSError),
     ) -> None:
         self.consumer = consumer
         self.producer = producer
         self.handler = handler
         self.topics = topics
         self.deadletter_topic = deadletter_topic
+        self.retry_on = retry_on
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self._slots = asyncio.Semaphore(max_inflight)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -97,7 +103,7 @@ class ConsumerLoop:
         handled = False
         try:
             try:
-                await self.handler(decode(record.value))
+                await self._handle_with_retries(decode(record.value))
             except DecodeError as err:
                 log.warning("dead-lettering %s@%d: %s", tp, record.offset, err)
                 await self._dead_letter(record, err.code, str(err))
@@ -116,6 +122,19 @@ class ConsumerLoop:
             if handled:
                 self.tracker.finished(tp, record.offset)
             self._slots.release()
+
+    async def _handle_with_retries(self, event: AnyEvent) -> None:
+        """Outages of Kafka or Redis are waited out (the message stays uncommitted and its
+        turn unanswered until they are back); only the handler's own bugs dead-letter."""
+        delay = 0.1
+        while True:
+            try:
+                await self.handler(event)
+                return
+            except self.retry_on as err:
+                log.warning("turn %s: %r; retrying in %.1fs", event.turn_id, err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY_S)
 
     async def _dead_letter(self, record: ConsumerRecord, code: str, reason: str) -> None:
         headers = [

@@ -1,0 +1,22 @@
+"""How every service process starts: settings read once, logging configured, and an event
+set by SIGINT/SIGTERM so the service can stop gracefully (drain, flush, close)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from schemas.settings import Settings
+
+
+def start_process() -> tuple[Settings, asyncio.Event]:
+    """Call first thing in a service's async main; returns its settings and stop event."""
+    settings = Settings.from_env()
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    return settings, stop
