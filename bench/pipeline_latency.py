@@ -2,7 +2,10 @@
 edge → Kafka → worker → Redis → edge, measured at the WebSocket client.
 
 For each concurrency level, N conversations each run `rounds` turns back to back; the
-baseline runs the same requests on the same engine in-process. TTFT is measured from
+baseline runs the same requests on the same engine in-process. `--arrivals staggered`
+(default) starts each conversation at a random point within `--stagger-s`, so N streams
+are in flight at any moment (steady state); `--arrivals burst` starts all N turns at the
+same instant every round (a thundering herd, the worst case). TTFT is measured from
 sending the turn to its first text; inter-token latency (ITL) as gaps between text chunks.
 With `--engine fake` tokens come at a fixed rate, so the difference is the pipeline alone;
 with `--engine vllm` the real engine (bundled SmolLM2) runs both sides.
@@ -20,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -66,11 +70,18 @@ def free_port() -> int:
 
 
 async def run_direct(
-    engine: Engine, concurrency: int, rounds: int, text: str, decoding: DecodingParams
+    engine: Engine,
+    concurrency: int,
+    rounds: int,
+    *,
+    text: str,
+    decoding: DecodingParams,
+    stagger_s: float,
 ) -> Samples:
     samples = Samples()
 
     async def conversation() -> None:
+        await asyncio.sleep(random.uniform(0, stagger_s))
         for _ in range(rounds):
             request = GenerationRequest(uuid.uuid4().hex, [Message(Role.USER, text)], decoding)
             start = last = time.perf_counter()
@@ -92,11 +103,19 @@ async def run_direct(
 
 
 async def run_pipeline(
-    url: str, token: str, concurrency: int, rounds: int, *, text: str, decoding: DecodingParams
+    url: str,
+    token: str,
+    concurrency: int,
+    rounds: int,
+    *,
+    text: str,
+    decoding: DecodingParams,
+    stagger_s: float,
 ) -> Samples:
     samples = Samples()
 
     async def conversation(client: EdgeClient) -> None:
+        await asyncio.sleep(random.uniform(0, stagger_s))
         for _ in range(rounds):
             start = last = time.perf_counter()
             turn_id = await client.start_turn(
@@ -221,13 +240,15 @@ async def main_async(args: argparse.Namespace) -> None:
     text = FAKE_TEXT if args.engine == "fake" else VLLM_TEXT
     decoding = DecodingParams(max_tokens=args.max_tokens, temperature=0.0)
     results: dict[int, dict[str, Samples]] = {n: {} for n in levels}
+    stagger = 0.0 if args.arrivals == "burst" else args.stagger_s
+    random.seed(0)
 
     print(f"[direct] {args.engine} engine in-process", file=sys.stderr)
     engine = build_engine(settings)
-    await run_direct(engine, 2, 1, text=text, decoding=decoding)  # warm-up
+    await run_direct(engine, 2, 1, text=text, decoding=decoding, stagger_s=0)  # warm-up
     for n in levels:
         results[n]["direct"] = await run_direct(
-            engine, n, args.rounds, text=text, decoding=decoding
+            engine, n, args.rounds, text=text, decoding=decoding, stagger_s=stagger
         )
         print(
             f"  {n:>4} streams: {results[n]['direct'].turns} turns "
@@ -242,12 +263,11 @@ async def main_async(args: argparse.Namespace) -> None:
     try:
         url = f"ws://127.0.0.1:{settings.edge_port}/"
         token = mint_token(settings.auth_secret, "bench", "bench")
-        await run_pipeline(
-            url, token, 2, 1, text=text, decoding=decoding
-        )  # warm-up: group join, caches
+        # warm-up: consumer group join, connections, caches
+        await run_pipeline(url, token, 2, 1, text=text, decoding=decoding, stagger_s=0)
         for n in levels:
             results[n]["pipeline"] = await run_pipeline(
-                url, token, n, args.rounds, text=text, decoding=decoding
+                url, token, n, args.rounds, text=text, decoding=decoding, stagger_s=stagger
             )
             print(
                 f"  {n:>4} streams: {results[n]['pipeline'].turns} turns "
@@ -258,13 +278,14 @@ async def main_async(args: argparse.Namespace) -> None:
         for child in children:
             child.stop()
 
-    rows = report(args.engine, results)
+    rows = report(f"{args.engine}, {args.arrivals} arrivals", results)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"pipeline-latency-{args.engine}"
+    stem = RESULTS / f"pipeline-latency-{args.engine}-{args.arrivals}"
     stem.with_suffix(".json").write_text(
         json.dumps(
             {
                 "engine": args.engine,
+                "arrivals": args.arrivals,
                 "rounds": args.rounds,
                 "max_tokens": args.max_tokens,
                 "token_interval_ms": args.token_interval_ms if args.engine == "fake" else None,
@@ -290,7 +311,7 @@ async def main_async(args: argparse.Namespace) -> None:
             indent=2,
         )
     )
-    plot(args.engine, results, stem.with_suffix(".png"))
+    plot(f"{args.engine}, {args.arrivals} arrivals", results, stem.with_suffix(".png"))
     print(f"\nwrote {stem}.json and {stem}.png")
 
 
@@ -303,6 +324,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--token-interval-ms", type=float, default=20.0)
+    parser.add_argument("--arrivals", choices=["staggered", "burst"], default="staggered")
+    parser.add_argument("--stagger-s", type=float, default=1.0)
     uvloop.run(main_async(parser.parse_args()))
 
 
