@@ -103,7 +103,10 @@ class Settings:
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS", 20.0, "Fake engine: time between tokens."
     )
     fetch_max_wait_ms: int = _var(
-        "TURNSTREAM_FETCH_MAX_WAIT_MS", 5, "Kafka consumer fetch wait on latency paths."
+        "TURNSTREAM_FETCH_MAX_WAIT_MS",
+        100,
+        "Longest a Kafka fetch waits for data; the broker answers as soon as a record lands "
+        "(measured: same TTFT at 5 and 100 ms, half the broker CPU at 100).",
     )
 
     @classmethod
