@@ -2,7 +2,8 @@
 
 Client → edge: `session.authenticate`, `turn.create`, `turn.cancel`, `ping`.
 Edge → client: `session.ready`, `turn.accepted`, `response.started`, `response.delta`,
-`response.done`, `error`, `pong`. Unknown fields are rejected so typos surface at once.
+`response.restarted`, `response.done`, `error`, `pong`. Unknown fields are rejected so typos
+surface at once.
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ class ResponseStarted(ServerEvent, tag="response.started"):
     model: str
 
 
+class ResponseRestarted(ServerEvent, tag="response.restarted"):
+    """The answer starts over (its worker failed and another took the turn): discard the
+    text shown so far; `response.started` and deltas from seq 0 follow."""
+
+    turn_id: str
+    reason: str
+
+
 class ResponseDelta(ServerEvent, tag="response.delta"):
     turn_id: str
     seq: int
@@ -101,7 +110,14 @@ class Pong(ServerEvent, tag="pong"):
 
 
 AnyServerEvent = (
-    SessionReady | TurnAccepted | ResponseStarted | ResponseDelta | ResponseDone | ErrorEvent | Pong
+    SessionReady
+    | TurnAccepted
+    | ResponseStarted
+    | ResponseRestarted
+    | ResponseDelta
+    | ResponseDone
+    | ErrorEvent
+    | Pong
 )
 
 client_decoder = msgspec.json.Decoder(AnyClientMessage)

@@ -50,6 +50,7 @@ from ws_edge.messages import (
     Pong,
     ResponseDelta,
     ResponseDone,
+    ResponseRestarted,
     ResponseStarted,
     ServerEvent,
     SessionReady,
@@ -104,6 +105,7 @@ class _Route:
     conversation_id: str
     accepted: bool = False
     held: list[AnyEvent] = field(default_factory=list)
+    started: bool = False
 
 
 class _Envelope(msgspec.Struct):
@@ -216,7 +218,13 @@ class Session:
             return []
         match event:
             case TurnStarted():
-                return [Send(ResponseStarted(event.turn_id, event.model))]
+                actions: list[Action] = []
+                if route.started:
+                    # A worker died mid-answer and Kafka redelivered the turn to another:
+                    # the answer starts over, and the client must drop what it showed.
+                    actions.append(Send(ResponseRestarted(event.turn_id, "worker_failover")))
+                route.started = True
+                return [*actions, Send(ResponseStarted(event.turn_id, event.model))]
             case TokenChunk():
                 return [Send(ResponseDelta(event.turn_id, event.seq, event.text))]
             case TurnCompleted():

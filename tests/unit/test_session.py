@@ -257,3 +257,16 @@ def test_turns_of_one_conversation_are_published_one_at_a_time_in_order():
     assert session.submit_succeeded(third.turn.turn_id)[-1] == Send(
         TurnAccepted(third.turn.turn_id, "c1")
     )
+
+
+def test_a_redelivered_turn_tells_the_client_to_start_over():
+    from ws_edge.messages import ResponseRestarted
+
+    session = authed()
+    turn_id = _submit(session)
+    session.submit_succeeded(turn_id)
+    session.relay(TurnStarted(turn_id=turn_id, worker_id="w1", model="m"))
+    session.relay(TokenChunk(turn_id=turn_id, seq=0, text="Hal", emitted_at_ms=1))
+    restarted, started = session.relay(TurnStarted(turn_id=turn_id, worker_id="w2", model="m"))
+    assert restarted.event == ResponseRestarted(turn_id, "worker_failover")
+    assert isinstance(started.event, ResponseStarted)

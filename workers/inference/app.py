@@ -51,6 +51,7 @@ class RunningWorker:
     service: InferenceService
     loop: ConsumerLoop
     relay: RelayPublisher
+    drain_s: float = 10.0  # on exit, how long in-flight turns may finish (0: drop them)
 
 
 @contextlib.asynccontextmanager
@@ -102,12 +103,13 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         asyncio.create_task(loop.run(), name="consume"),
     ]
     log.info("worker %s consuming %s", worker_id, loop.topics)
+    running = RunningWorker(service, loop, relay)
     try:
-        yield RunningWorker(service, loop, relay)
+        yield running
     finally:
         tasks[2].cancel()
         await asyncio.gather(tasks[2], return_exceptions=True)
-        await loop.drain(timeout_s=10.0)
+        await loop.drain(timeout_s=running.drain_s)
         await relay.flushed()
         for task in tasks[:2]:
             task.cancel()

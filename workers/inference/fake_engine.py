@@ -27,6 +27,7 @@ class FakeEngine:
     def __init__(self, token_interval_s: float = 0.02, fail_on: str | None = None) -> None:
         self.token_interval_s = token_interval_s
         self.fail_on = fail_on  # a user text that makes the engine raise (tests the error path)
+        self.requests: list[str] = []  # every request id it was asked to generate
         self.aborted: list[str] = []
         self.active = 0
 
@@ -34,6 +35,7 @@ class FakeEngine:
         tokens = fake_answer(request)
         prompt_tokens = sum(len(m.content.split()) + 4 for m in request.messages)
         limit = request.decoding.max_tokens
+        self.requests.append(request.request_id)
         self.active += 1
         try:
             for i, token in enumerate(tokens[:limit]):

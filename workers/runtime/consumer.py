@@ -32,6 +32,7 @@ log = logging.getLogger("turnstream.worker")
 Handler = Callable[[AnyEvent], Awaitable[None]]
 COMMIT_INTERVAL_S = 0.2
 MAX_RETRY_DELAY_S = 5.0
+REVOKE_DRAIN_S = 60.0  # under max_poll_interval: a rebalance waits at most this for turns
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -39,6 +40,10 @@ class _Rebalance(ConsumerRebalanceListener):
         self._loop = loop
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        # Finish what this worker started on the revoked partitions before they move:
+        # otherwise their new owner would re-read the uncommitted turns and answer them a
+        # second time while this worker is still answering.
+        await self._loop.drain_partitions(set(revoked), REVOKE_DRAIN_S)
         await self._loop.commit()
         self._loop.tracker.forget(list(revoked))
 
@@ -66,7 +71,7 @@ class ConsumerLoop:
         self.retry_on = retry_on
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self._slots = asyncio.Semaphore(max_inflight)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], TopicPartition] = {}
 
     async def run(self) -> None:
         self.consumer.subscribe(self.topics, listener=_Rebalance(self))
@@ -82,21 +87,31 @@ class ConsumerLoop:
                 tp = TopicPartition(record.topic, record.partition)
                 self.tracker.started(tp, record.offset)
                 task = asyncio.create_task(self._process(tp, record))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._tasks[task] = tp
+                task.add_done_callback(self._forget_task)
         finally:
             committer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await committer
 
-    async def drain(self, timeout_s: float) -> None:
-        """Let in-flight messages finish (graceful stop), then commit what is done."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
-        for task in list(self._tasks):
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+
+    async def drain_partitions(self, partitions: set[TopicPartition], timeout_s: float) -> None:
+        """Let in-flight messages of `partitions` finish; cancel those still running after
+        `timeout_s` (left uncommitted, so they are redelivered)."""
+        tasks = {t for t, tp in self._tasks.items() if tp in partitions}
+        if tasks and timeout_s > 0:
+            await asyncio.wait(tasks, timeout=timeout_s)
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop: let in-flight messages finish (up to `timeout_s`), then commit what is done.
+        `timeout_s=0` behaves like a crash for the books: nothing unfinished is committed."""
+        await self.drain_partitions(set(self._tasks.values()), timeout_s)
         await self.commit()
 
     async def _process(self, tp: TopicPartition, record: ConsumerRecord) -> None:

@@ -1,0 +1,139 @@
+"""A worker dies mid-answer: Kafka hands its turn to another worker, the client is told to
+start over, and the turn still ends with one complete answer. Rebalances that are not
+crashes finish in-flight turns first, so nothing is answered twice."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+
+from infra.kafka.topics import ensure_topics
+from schemas.settings import Settings
+from schemas.topics import TURNS_SUBMITTED
+from tests.support.stack import Pipeline
+from workers.inference.app import RunningWorker, run_worker
+from workers.inference.fake_engine import FakeEngine
+from ws_edge.auth import mint_token
+from ws_edge.client import EdgeClient
+from ws_edge.messages import ResponseDelta, ResponseDone, ResponseRestarted, ResponseStarted
+from ws_edge.server import EdgeServer
+
+pytestmark = pytest.mark.integration
+
+
+def conversation_owned_by(worker: RunningWorker) -> str:
+    """A conversation id whose partition this worker holds right now."""
+    owned = {tp.partition for tp in worker.loop.consumer.assignment()}
+    partitions = list(range(TURNS_SUBMITTED.partitions))
+    while True:
+        candidate = f"c-{uuid.uuid4().hex[:10]}"
+        if DefaultPartitioner()(candidate.encode(), partitions, partitions) in owned:
+            return candidate
+
+
+def _settled(workers: tuple[RunningWorker, ...]) -> bool:
+    sizes = [len(w.loop.consumer.assignment()) for w in workers]
+    return all(sizes) and sum(sizes) == TURNS_SUBMITTED.partitions
+
+
+async def wait_for_assignment(*workers: RunningWorker) -> None:
+    """Poll the consumers' assignments (group state lives in the broker: no event to await)."""
+    async with asyncio.timeout(60):
+        while not _settled(workers):  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+
+
+async def test_a_turn_survives_its_worker_dying_mid_answer(services, session_namespace):
+    settings = Settings.from_env(namespace=f"{session_namespace}-failover", edge_port=0)
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    survivor_engine = FakeEngine(token_interval_s=0.005)
+    async with run_worker(settings, survivor_engine) as survivor:
+        victim_cm = run_worker(settings, FakeEngine(token_interval_s=0.05))
+        victim = await victim_cm.__aenter__()
+        victim_alive = True
+        edge = EdgeServer(settings)
+        await edge.start()
+        try:
+            await wait_for_assignment(survivor, victim)
+            pipe = Pipeline(settings, edge, victim, victim.service.engine)
+            token = mint_token(settings.auth_secret, "alice", "acme")
+            conversation = conversation_owned_by(victim)
+            async with EdgeClient.connect(pipe.url, token) as client:
+                turn_id = await client.start_turn(conversation, "tell me a long story " * 5)
+                events = []
+                async for event in client.events(turn_id):
+                    events.append(event)
+                    if isinstance(event, ResponseDelta) and event.seq == 2 and victim_alive:
+                        victim.drain_s = 0  # die now: nothing unfinished is committed
+                        await victim_cm.__aexit__(None, None, None)
+                        victim_alive = False
+        finally:
+            if victim_alive:
+                await victim_cm.__aexit__(None, None, None)
+            await edge.stop()
+    kinds = [type(e) for e in events]
+    assert ResponseRestarted in kinds
+    restart = kinds.index(ResponseRestarted)
+    assert kinds[restart + 1] is ResponseStarted
+    done = events[-1]
+    assert isinstance(done, ResponseDone) and done.finish_reason == "stop"
+    after = "".join(e.text for e in events[restart:] if isinstance(e, ResponseDelta))
+    assert after == done.text and done.text.startswith("You said: tell me a long story")
+    assert turn_id not in survivor_engine.aborted
+    history = await survivor.service.history.load(conversation)
+    assert len(history) == 2  # answered once, by the survivor
+
+
+def conversations_on_every_partition() -> list[str]:
+    partitions = list(range(TURNS_SUBMITTED.partitions))
+    found: dict[int, str] = {}
+    while len(found) < len(partitions):
+        candidate = f"c-{uuid.uuid4().hex[:10]}"
+        found.setdefault(
+            DefaultPartitioner()(candidate.encode(), partitions, partitions), candidate
+        )
+    return list(found.values())
+
+
+async def test_a_rebalance_lets_in_flight_turns_finish_instead_of_answering_twice(
+    services, session_namespace
+):
+    settings = Settings.from_env(namespace=f"{session_namespace}-rebalance", edge_port=0)
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    newcomer_engine = FakeEngine(token_interval_s=0.005)
+    conversations = conversations_on_every_partition()  # whichever move, one has a turn
+    async with run_worker(settings, FakeEngine(token_interval_s=0.03)) as first:
+        edge = EdgeServer(settings)
+        await edge.start()
+        try:
+            await wait_for_assignment(first)
+            token = mint_token(settings.auth_secret, "bob", "acme")
+            async with EdgeClient.connect(f"ws://127.0.0.1:{edge.port}/", token) as client:
+                # ~160 tokens at 30 ms each: the group rebalances while they stream
+                turn_ids = [
+                    await client.start_turn(c, "a fairly long question " * 40)
+                    for c in conversations
+                ]
+                first_delta = await anext(
+                    e async for e in client.events(turn_ids[0]) if isinstance(e, ResponseDelta)
+                )
+                assert first_delta.seq == 0
+                async with run_worker(settings, newcomer_engine) as newcomer:
+                    streams = await asyncio.gather(*[_collect(client, t) for t in turn_ids])
+                    await wait_for_assignment(first, newcomer)  # the rebalance completed
+        finally:
+            await edge.stop()
+    for events in streams:
+        kinds = [type(e) for e in events]
+        assert ResponseRestarted not in kinds
+        assert isinstance(events[-1], ResponseDone) and events[-1].finish_reason == "stop"
+    assert newcomer_engine.requests == []  # nothing moved was answered a second time
+    for conversation in conversations:
+        assert len(await first.service.history.load(conversation)) == 2
+
+
+async def _collect(client: EdgeClient, turn_id: str) -> list:
+    return [e async for e in client.events(turn_id)]
