@@ -1,0 +1,87 @@
+"""The worker loop's backpressure and commit rules, with an in-memory consumer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import ConsumerRecord, TopicPartition
+
+from schemas.codec import encode
+from schemas.events import TurnCancelled
+from workers.runtime.consumer import ConsumerLoop
+
+
+class MemoryConsumer:
+    """The slice of AIOKafkaConsumer that ConsumerLoop uses."""
+
+    def __init__(self, records: list[ConsumerRecord]) -> None:
+        self.records = records
+        self.fetched = 0
+        self.commits: list[dict] = []
+
+    def subscribe(self, topics, listener=None) -> None:
+        self.listener = listener
+
+    async def getone(self) -> ConsumerRecord:
+        if self.fetched >= len(self.records):
+            await asyncio.Event().wait()  # nothing more: block like a real consumer
+        self.fetched += 1
+        return self.records[self.fetched - 1]
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition("t", 0)}
+
+    async def commit(self, offsets) -> None:
+        self.commits.append({tp: meta.offset for tp, meta in offsets.items()})
+
+
+def records(n: int) -> list[ConsumerRecord]:
+    return [
+        ConsumerRecord(
+            topic="t",
+            partition=0,
+            offset=i,
+            timestamp=0,
+            timestamp_type=0,
+            key=b"k",
+            value=encode(TurnCancelled(turn_id=f"t{i}", conversation_id="c")),
+            checksum=None,
+            serialized_key_size=1,
+            serialized_value_size=1,
+            headers=(),
+        )
+        for i in range(n)
+    ]
+
+
+async def test_a_full_worker_stops_fetching_and_commits_only_finished_prefixes():
+    release: dict[str, asyncio.Event] = {f"t{i}": asyncio.Event() for i in range(5)}
+    running: list[str] = []
+
+    async def handler(event) -> None:
+        running.append(event.turn_id)
+        await release[event.turn_id].wait()
+
+    consumer = MemoryConsumer(records(5))
+    loop = ConsumerLoop(consumer, None, handler, topics=["t"], deadletter_topic="d", max_inflight=2)
+    task = asyncio.create_task(loop.run())
+    try:
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert running == ["t0", "t1"] and consumer.fetched == 2  # full: no third fetch
+        release["t1"].set()  # finishes out of order
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert running == ["t0", "t1", "t2"]
+        await loop.commit()
+        assert consumer.commits[-1] == {TopicPartition("t", 0): 0}  # t0 still running
+        release["t0"].set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        await loop.commit()
+        assert consumer.commits[-1] == {TopicPartition("t", 0): 2}  # t2 still running
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await loop.drain(timeout_s=0)
+    assert loop.tracker.in_flight() == 2  # t2, t3 dropped uncommitted: they are redelivered
