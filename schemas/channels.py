@@ -36,13 +36,14 @@ class RedisNames:
         """Set when a turn reached its terminal state: a redelivery is not answered twice."""
         return f"{self.prefix}:turn:{turn_id}:done"
 
-    def history_key(self, conversation_id: str) -> str:
-        """List of the conversation's messages (JSON), newest last, capped."""
-        return f"{self.prefix}:conv:{conversation_id}:history"
+    def history_key(self, tenant_id: str, conversation_id: str) -> str:
+        """List of the conversation's messages (JSON), newest last, capped. Keyed by tenant
+        too (tenant ids hold no ':'), so tenants never share a conversation namespace."""
+        return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:history"
 
-    def owner_key(self, conversation_id: str) -> str:
-        """Who owns a conversation (`tenant/user`): nobody else may add turns to it."""
-        return f"{self.prefix}:conv:{conversation_id}:owner"
+    def owner_key(self, tenant_id: str, conversation_id: str) -> str:
+        """Which user of the tenant owns a conversation: nobody else may add turns to it."""
+        return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:owner"
 
 
 def redis_client(url: str, *, max_connections: int = 64, wait_s: float = 5.0) -> Redis:

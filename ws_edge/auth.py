@@ -5,6 +5,8 @@ Pure (no I/O): the edge verifies, `mint_token` issues (dev CLI, tests, an auth s
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from dataclasses import dataclass
 
@@ -13,6 +15,7 @@ import jwt
 from ws_edge.errors import AuthError
 
 ALGORITHM = "HS256"
+TENANT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ISSUER = "turnstream"
 
 
@@ -23,8 +26,9 @@ class Principal:
 
     @property
     def owner(self) -> str:
-        """The value that marks a conversation as this principal's."""
-        return f"{self.tenant_id}/{self.user_id}"
+        """The value that marks a conversation as this principal's (unambiguous whatever
+        characters the ids hold: ("a/b", "c") and ("a", "b/c") differ)."""
+        return json.dumps([self.tenant_id, self.user_id], separators=(",", ":"))
 
 
 def mint_token(secret: str, user_id: str, tenant_id: str = "default", ttl_s: int = 86400) -> str:
@@ -50,6 +54,11 @@ def verify_token(secret: str, token: str) -> Principal:
     except jwt.InvalidTokenError as exc:
         raise AuthError(f"token rejected: {exc}", code="token_invalid") from None
     tenant = claims.get("tenant", "default")
-    if not isinstance(claims["sub"], str) or not isinstance(tenant, str):
-        raise AuthError("token claims sub and tenant must be strings", code="token_invalid")
+    if not isinstance(claims["sub"], str) or not claims["sub"]:
+        raise AuthError("token claim sub must be a non-empty string", code="token_invalid")
+    if not isinstance(tenant, str) or not TENANT_ID.fullmatch(tenant):
+        raise AuthError(
+            f"token claim tenant must match {TENANT_ID.pattern} (it names Redis keys)",
+            code="token_invalid",
+        )
     return Principal(user_id=claims["sub"], tenant_id=tenant)

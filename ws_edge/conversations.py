@@ -17,9 +17,9 @@ class ConversationClaims:
         self._names = names
         self._ttl_s = ttl_s
 
-    async def claim(self, conversation_id: str, owner: str) -> bool:
+    async def claim(self, tenant_id: str, conversation_id: str, owner: str) -> bool:
         """True when `owner` owns the conversation (now or already)."""
-        key = self._names.owner_key(conversation_id)
+        key = self._names.owner_key(tenant_id, conversation_id)
         previous = await self._redis.set(key, owner, nx=True, get=True, ex=self._ttl_s)
         if previous is None:
             return True

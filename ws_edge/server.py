@@ -27,7 +27,7 @@ from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
 from schemas.topics import TURNS_SUBMITTED
 from ws_edge.conversations import ConversationClaims
-from ws_edge.errors import BrokerUnavailable, ForbiddenConversation, StoreUnavailable
+from ws_edge.errors import BrokerUnavailable, EdgeError, ForbiddenConversation, StoreUnavailable
 from ws_edge.messages import encode_server
 from ws_edge.outbox import Outbox, OutboxOverflow
 from ws_edge.relay import RelaySubscriber
@@ -39,6 +39,7 @@ from ws_edge.session import (
     Session,
     SessionLimits,
     SubmitTurn,
+    error_event,
 )
 
 log = logging.getLogger("turnstream.edge")
@@ -59,7 +60,9 @@ class EdgeServer:
             client_id=self.edge_id,
             timeout_s=settings.publish_timeout_s,
         )
-        self.relay = RelaySubscriber(self.redis, self.names.edge_channel(self.edge_id))
+        self.relay = RelaySubscriber(
+            self.redis, self.names.edge_channel(self.edge_id), self.names.done_key
+        )
         self.claims = ConversationClaims(self.redis, self.names, settings.history_ttl_s)
         self.limits = SessionLimits(
             max_message_bytes=settings.max_message_bytes,
@@ -110,6 +113,21 @@ class EdgeServer:
             self.connections.discard(connection)
 
 
+def _submit_error(exc: Exception) -> EdgeError:
+    """What the client is told when a turn could not be submitted."""
+    if isinstance(exc, EdgeError):
+        return exc
+    if isinstance(exc, PublishFailed):
+        return BrokerUnavailable(
+            f"{exc}; the turn may not have been accepted: retry with the same "
+            "client_turn_id to get exactly one answer"
+        )
+    if isinstance(exc, RedisError):
+        return StoreUnavailable(f"turn not accepted, retry: {exc}")
+    log.exception("submitting a turn failed", exc_info=exc)
+    return EdgeError(f"turn not accepted: internal error {type(exc).__name__}")
+
+
 def _token_from_request(websocket: ServerConnection) -> str | None:
     request = websocket.request
     if request is None:
@@ -147,7 +165,7 @@ class _Connection:
             pass
         finally:
             for turn_id in self.session.open_turns:
-                self.edge.relay.unroute(turn_id)
+                self.edge.relay.unroute(turn_id, self._on_relay)
             self.outbox.closed = True
             writer.cancel()
             for task in list(self._tasks):
@@ -163,8 +181,8 @@ class _Connection:
                         self.outbox.put(encode_server(event))
                     except OutboxOverflow as err:
                         log.warning("closing slow client: %s", err)
+                        self.outbox.closed = True  # later frames are dropped, close once
                         self._spawn(self.websocket.close(CLOSE_TRY_AGAIN_LATER, "slow consumer"))
-                        return
                 case SubmitTurn():
                     self.edge.relay.route(action.turn.turn_id, self._on_relay)
                     self._spawn(self._submit(action))
@@ -175,36 +193,34 @@ class _Connection:
 
     def _on_relay(self, event: AnyEvent) -> None:
         if isinstance(event, TurnCompleted):
-            self.edge.relay.unroute(event.turn_id)
+            self.edge.relay.unroute(event.turn_id, self._on_relay)
         self._apply(self.session.relay(event))
 
     async def _submit(self, action: SubmitTurn) -> None:
         turn = action.turn
         try:
-            if not await self.edge.claims.claim(turn.conversation_id, action.owner):
+            if not await self.edge.claims.claim(turn.tenant_id, turn.conversation_id, action.owner):
                 raise ForbiddenConversation(
                     f"conversation {turn.conversation_id!r} belongs to another user"
                 )
             await self.edge.publisher.publish(turn)
-        except (ForbiddenConversation, PublishFailed, RedisError) as exc:
-            self.edge.relay.unroute(turn.turn_id)
-            if isinstance(exc, PublishFailed):
-                err = BrokerUnavailable(f"turn not accepted, retry: {exc}")
-            elif isinstance(exc, RedisError):
-                err = StoreUnavailable(f"turn not accepted, retry: {exc}")
-            else:
-                err = exc
-            self._apply(self.session.submit_failed(turn.turn_id, err))
+        except Exception as exc:
+            self.edge.relay.unroute(turn.turn_id, self._on_relay)
+            self._apply(self.session.submit_failed(turn.turn_id, _submit_error(exc)))
             return
         self._apply(self.session.submit_succeeded(turn.turn_id))
 
     async def _cancel(self, action: RequestCancel) -> None:
         names = self.edge.names
         event = TurnCancelled(turn_id=action.turn_id, conversation_id=action.conversation_id)
-        async with self.edge.redis.pipeline(transaction=False) as pipe:
-            pipe.set(names.cancelled_key(action.turn_id), "1", ex=CANCEL_MARKER_TTL_S)
-            pipe.publish(names.control_channel(), encode(event))
-            await pipe.execute()
+        try:
+            async with self.edge.redis.pipeline(transaction=False) as pipe:
+                pipe.set(names.cancelled_key(action.turn_id), "1", ex=CANCEL_MARKER_TTL_S)
+                pipe.publish(names.control_channel(), encode(event))
+                await pipe.execute()
+        except RedisError as exc:
+            err = StoreUnavailable(f"cancel not delivered, retry: {exc}")
+            self._apply([error_event(err, action.turn_id)])
 
     async def _write(self) -> None:
         while True:

@@ -103,6 +103,7 @@ class SessionLimits:
 @dataclass(slots=True)
 class _Route:
     conversation_id: str
+    client_turn_id: str | None = None
     accepted: bool = False
     held: list[AnyEvent] = field(default_factory=list)
     started: bool = False
@@ -121,11 +122,13 @@ def error_event(err: EdgeError, turn_id: str | None = None) -> Send:
     )
 
 
-def turn_id_for(principal: Principal, client_turn_id: str | None) -> str:
-    """A retry with the same client_turn_id maps to the same turn (answered once)."""
+def turn_id_for(principal: Principal, conversation_id: str, client_turn_id: str | None) -> str:
+    """A retry with the same client_turn_id in the same conversation maps to the same turn
+    (answered once); the same id in another conversation is another turn."""
     if client_turn_id is None:
         return uuid.uuid4().hex
-    return uuid.uuid5(_TURN_ID_NAMESPACE, f"{principal.owner}/{client_turn_id}").hex
+    name = msgspec.json.encode([principal.owner, conversation_id, client_turn_id]).decode()
+    return uuid.uuid5(_TURN_ID_NAMESPACE, name).hex
 
 
 class Session:
@@ -179,7 +182,9 @@ class Session:
         if route is None or route.accepted:
             return []
         route.accepted = True
-        actions: list[Action] = [Send(TurnAccepted(turn_id, route.conversation_id))]
+        actions: list[Action] = [
+            Send(TurnAccepted(turn_id, route.conversation_id, route.client_turn_id))
+        ]
         held, route.held = route.held, []
         for event in held:
             actions.extend(self.relay(event))
@@ -316,7 +321,7 @@ class Session:
             )
         if len(self._routes) >= self._limits.max_open_turns:
             raise TooManyTurns(f"{len(self._routes)} turns already open; wait for one to finish")
-        turn_id = turn_id_for(principal, msg.client_turn_id)
+        turn_id = turn_id_for(principal, msg.conversation_id, msg.client_turn_id)
         if turn_id in self._routes:
             raise InvalidMessage(f"turn {msg.client_turn_id!r} is already in flight")
         defaults = DecodingParams(max_tokens=self._limits.default_max_tokens)
@@ -335,5 +340,5 @@ class Session:
             decoding=decoding,
             client=self._client_info,
         )
-        self._routes[turn_id] = _Route(conversation_id=msg.conversation_id)
+        self._routes[turn_id] = _Route(msg.conversation_id, msg.client_turn_id)
         return self._queue_submit(SubmitTurn(turn, principal.owner))

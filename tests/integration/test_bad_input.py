@@ -119,13 +119,16 @@ async def test_someone_elses_conversation_is_forbidden(fake_pipeline):
     assert again.text.endswith("(turn 2)")
 
 
-async def test_same_user_in_another_tenant_is_someone_else(fake_pipeline):
+async def test_tenants_never_share_a_conversation(fake_pipeline):
+    """The same conversation id in another tenant is another conversation: no history
+    crosses over, and nobody can block another tenant's ids."""
     conversation = conv()
     async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token("u1", "t1")) as a:
-        await a.ask(conversation, "hi")
+        await a.ask(conversation, "secret of tenant one")
+        await a.ask(conversation, "more")
     async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token("u1", "t2")) as b:
-        with pytest.raises(TurnRejected, match="forbidden_conversation"):
-            await b.start_turn(conversation, "hi")
+        other = await b.ask(conversation, "what was said here?")
+    assert other.text.endswith("(turn 1)")  # t1's two turns are not in t2's context
 
 
 async def test_unreachable_broker_gives_a_retryable_error(fake_settings: Settings):
@@ -189,7 +192,7 @@ async def test_undecodable_and_duplicate_messages_on_the_topic(fake_pipeline):
     finally:
         await producer.stop()
         await pubsub.aclose()
-    history = await fake_pipeline.worker.service.history.load(turn.conversation_id)
+    history = await fake_pipeline.worker.service.history.load(turn.tenant_id, turn.conversation_id)
     assert len(history) == 2  # both deliveries got an answer, generated once
 
     found = await find_record(

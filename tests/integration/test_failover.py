@@ -83,7 +83,7 @@ async def test_a_turn_survives_its_worker_dying_mid_answer(services, session_nam
     after = "".join(e.text for e in events[restart:] if isinstance(e, ResponseDelta))
     assert after == done.text and done.text.startswith("You said: tell me a long story")
     assert turn_id not in survivor_engine.aborted
-    history = await survivor.service.history.load(conversation)
+    history = await survivor.service.history.load("acme", conversation)
     assert len(history) == 2  # answered once, by the survivor
 
 
@@ -132,7 +132,7 @@ async def test_a_rebalance_lets_in_flight_turns_finish_instead_of_answering_twic
         assert isinstance(events[-1], ResponseDone) and events[-1].finish_reason == "stop"
     assert newcomer_engine.requests == []  # nothing moved was answered a second time
     for conversation in conversations:
-        assert len(await first.service.history.load(conversation)) == 2
+        assert len(await first.service.history.load("acme", conversation)) == 2
 
 
 async def _collect(client: EdgeClient, turn_id: str) -> list:

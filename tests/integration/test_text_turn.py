@@ -43,7 +43,7 @@ async def test_second_turn_sees_the_first(fake_pipeline):
         second = await client.ask(conversation, "second")
     assert first.text.endswith("(turn 1)")
     assert second.text.endswith("(turn 2)")  # the engine saw two user messages
-    history = await fake_pipeline.worker.service.history.load(conversation)
+    history = await fake_pipeline.worker.service.history.load("acme", conversation)
     assert [m.role for m in history] == [Role.USER, Role.ASSISTANT] * 2
 
 
@@ -70,7 +70,7 @@ async def test_cancel_aborts_generation_and_history_keeps_what_was_shown(fake_pi
     assert done.finish_reason == FinishReason.CANCELLED
     assert turn_id in fake_pipeline.engine.aborted
     assert done.text.startswith(shown) and len(done.text) < 200
-    history = await fake_pipeline.worker.service.history.load(conversation)
+    history = await fake_pipeline.worker.service.history.load("acme", conversation)
     assert history[-1].role == Role.ASSISTANT and history[-1].content == done.text
 
 
@@ -100,7 +100,7 @@ async def test_retry_with_client_turn_id_is_answered_once(fake_pipeline):
         first = await client.ask(conversation, "idempotent", client_turn_id="retry-1")
         again = await client.ask(conversation, "idempotent", client_turn_id="retry-1")
     assert again.turn_id == first.turn_id and again.text == first.text
-    history = await fake_pipeline.worker.service.history.load(conversation)
+    history = await fake_pipeline.worker.service.history.load("acme", conversation)
     assert len(history) == 2  # generated and recorded once
 
 

@@ -71,7 +71,7 @@ def test_authenticate_message_then_turn():
     assert isinstance(ready.event, SessionReady) and ready.event.user_id == "bob"
     [submit] = session.receive(frame(type="turn.create", conversation_id="c1", text="hi"))
     assert isinstance(submit, SubmitTurn)
-    assert submit.owner == "default/bob"
+    assert submit.owner == '["default","bob"]'
     assert submit.turn.text == "hi" and submit.turn.edge_id == "edge-1"
     assert submit.turn.submitted_at_ms == 1000.0
 
@@ -89,6 +89,7 @@ def test_turn_before_authentication_is_refused_and_session_survives():
         (mint_token("some-other-secret-of-enough-length-xxxxxx", "eve"), "token_invalid"),
         ("garbage.token.here", "token_invalid"),
         (mint_token(SECRET, "alice", ttl_s=-10), "token_expired"),
+        (mint_token(SECRET, "alice", tenant_id="evil:tenant"), "token_invalid"),
         ("", "unauthenticated"),
     ],
 )
@@ -222,9 +223,12 @@ def test_client_turn_id_makes_retries_idempotent_per_user():
     from ws_edge.auth import Principal
 
     alice, bob = Principal("alice", "acme"), Principal("bob", "acme")
-    assert turn_id_for(alice, "r1") == turn_id_for(alice, "r1")
-    assert turn_id_for(alice, "r1") != turn_id_for(bob, "r1")
-    assert turn_id_for(alice, None) != turn_id_for(alice, None)
+    assert turn_id_for(alice, "c", "r1") == turn_id_for(alice, "c", "r1")
+    assert turn_id_for(alice, "c", "r1") != turn_id_for(bob, "c", "r1")
+    assert turn_id_for(alice, "c", "r1") != turn_id_for(alice, "other", "r1")
+    assert turn_id_for(alice, "c", None) != turn_id_for(alice, "c", None)
+    # tenant/user pairs that would collide if joined with a separator stay distinct
+    assert Principal("c", "a/b").owner != Principal("b/c", "a").owner
     session = authed()
     first = session.receive(
         frame(type="turn.create", conversation_id="c", text="a", client_turn_id="r1")

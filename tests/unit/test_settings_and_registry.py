@@ -31,5 +31,5 @@ def test_topic_registry_and_namespaces():
     assert len(names) == len(set(names))
     assert all(t.partitions >= 1 and t.retention_ms > 0 for t in REGISTRY)
     assert REGISTRY[0].full_name("replay-7") == f"replay-7.{REGISTRY[0].name}"
-    assert RedisNames.for_namespace("ns").history_key("c") == "ns:ts:conv:c:history"
-    assert RedisNames.for_namespace("").history_key("c") == "ts:conv:c:history"
+    assert RedisNames.for_namespace("ns").history_key("t", "c") == "ns:ts:conv:t:c:history"
+    assert RedisNames.for_namespace("").owner_key("t", "c") == "ts:conv:t:c:owner"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 
 import uvloop
 
@@ -17,12 +19,18 @@ async def main() -> None:
     log.info("starting engine %s", settings.engine)
     engine = build_engine(settings)
     try:
-        async with run_worker(settings, engine):
+        async with run_worker(settings, engine) as worker:
             print("inference worker ready", flush=True)
-            await stop.wait()
+            stopping = asyncio.create_task(stop.wait())
+            failing = asyncio.create_task(worker.failed.wait())
+            await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            failing.cancel()
             log.info("stopping: draining in-flight turns")
     finally:
         await engine.close()
+    if worker.failed.is_set():
+        sys.exit(1)
 
 
 if __name__ == "__main__":

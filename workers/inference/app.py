@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from schemas.channels import RedisNames, redis_client
 from schemas.ids import make_instance_id, now_ms
@@ -52,6 +52,7 @@ class RunningWorker:
     loop: ConsumerLoop
     relay: RelayPublisher
     drain_s: float = 10.0  # on exit, how long in-flight turns may finish (0: drop them)
+    failed: asyncio.Event = field(default_factory=asyncio.Event)  # a core task died
 
 
 @contextlib.asynccontextmanager
@@ -94,6 +95,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         topics=[TURNS_SUBMITTED.full_name(settings.namespace)],
         deadletter_topic=DEAD_LETTERS.full_name(settings.namespace),
         max_inflight=settings.max_inflight_turns,
+        on_failure=service.fail_turn,
     )
     await producer.start()
     await consumer.start()
@@ -104,13 +106,22 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
     ]
     log.info("worker %s consuming %s", worker_id, loop.topics)
     running = RunningWorker(service, loop, relay)
+
+    def watch(task: asyncio.Task[None]) -> None:
+        if not task.cancelled():
+            log.critical("core task %s ended: %r", task.get_name(), task.exception())
+            running.failed.set()  # the process stops and its supervisor restarts it
+
+    for task in tasks:
+        task.add_done_callback(watch)
     try:
         yield running
     finally:
         tasks[2].cancel()
         await asyncio.gather(tasks[2], return_exceptions=True)
         await loop.drain(timeout_s=running.drain_s)
-        await relay.flushed()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(relay.flushed(), timeout=5.0)
         for task in tasks[:2]:
             task.cancel()
         await asyncio.gather(*tasks[:2], return_exceptions=True)

@@ -6,6 +6,8 @@ faust table plus truncation by tokens.
 
 from __future__ import annotations
 
+import logging
+
 import msgspec
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -13,6 +15,7 @@ from redis.asyncio.client import Pipeline
 from schemas.channels import RedisNames
 from schemas.events import Message
 
+log = logging.getLogger("turnstream.history")
 _decoder = msgspec.json.Decoder(Message)
 _encoder = msgspec.json.Encoder()
 
@@ -24,22 +27,31 @@ class ConversationHistory:
         self._max = max_messages
         self._ttl = ttl_s
 
-    async def load(self, conversation_id: str) -> list[Message]:
-        raw = await self._redis.lrange(self._names.history_key(conversation_id), 0, -1)
-        return self.parse(raw)
+    async def load(self, tenant_id: str, conversation_id: str) -> list[Message]:
+        key = self._names.history_key(tenant_id, conversation_id)
+        return self.parse(await self._redis.lrange(key, 0, -1))
 
-    def queue_load(self, pipe: Pipeline, conversation_id: str) -> None:
+    def queue_load(self, pipe: Pipeline, tenant_id: str, conversation_id: str) -> None:
         """Add the load to a caller's pipeline (saves a round trip); `parse` its result."""
-        pipe.lrange(self._names.history_key(conversation_id), 0, -1)
+        pipe.lrange(self._names.history_key(tenant_id, conversation_id), 0, -1)
 
     @staticmethod
     def parse(raw: list[bytes]) -> list[Message]:
-        return [_decoder.decode(item) for item in raw]
+        """Decode stored messages; an unreadable entry is skipped, never fatal to a turn."""
+        messages = []
+        for item in raw:
+            try:
+                messages.append(_decoder.decode(item))
+            except msgspec.DecodeError:
+                log.warning("skipping an unreadable history entry")
+        return messages
 
-    async def append(self, conversation_id: str, messages: list[Message]) -> None:
-        key = self._names.history_key(conversation_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(key, *[_encoder.encode(m) for m in messages])
-            pipe.ltrim(key, -self._max, -1)
-            pipe.expire(key, self._ttl)
-            await pipe.execute()
+    def queue_append(
+        self, pipe: Pipeline, tenant_id: str, conversation_id: str, messages: list[Message]
+    ) -> None:
+        """Add the append (capped, TTL refreshed) to a caller's transaction."""
+        key = self._names.history_key(tenant_id, conversation_id)
+        pipe.rpush(key, *[_encoder.encode(m) for m in messages])
+        pipe.ltrim(key, -self._max, -1)
+        pipe.expire(key, self._ttl)
+        pipe.expire(self._names.owner_key(tenant_id, conversation_id), self._ttl)

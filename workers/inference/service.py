@@ -19,7 +19,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
@@ -30,6 +32,7 @@ from schemas.events import (
     FinishReason,
     TokenChunk,
     TurnCancelled,
+    TurnCompleted,
     TurnStarted,
     TurnSubmitted,
 )
@@ -95,10 +98,26 @@ class InferenceService:
         return True
 
     async def listen_for_cancels(self) -> None:
-        """Follow the control channel (all workers hear every cancel; the owner acts)."""
+        """Follow the control channel (all workers hear every cancel; the owner acts).
+        Survives Redis restarts: resubscribes, then re-checks the cancel markers of the
+        turns running here, since cancels sent meanwhile were not heard."""
+        first = True
+        while True:
+            try:
+                await self._follow_cancels(recheck=not first)
+            except RedisError:
+                log.warning("control channel lost; resubscribing", exc_info=True)
+                await asyncio.sleep(0.5)
+            first = False
+
+    async def _follow_cancels(self, *, recheck: bool) -> None:
         pubsub = self.redis.pubsub()
-        await pubsub.subscribe(self.names.control_channel())
         try:
+            await pubsub.subscribe(self.names.control_channel())
+            if recheck:
+                for turn_id in list(self._running):
+                    if await self.redis.exists(self.names.cancelled_key(turn_id)):
+                        self.request_cancel(turn_id)
             async for message in _messages(pubsub):
                 try:
                     event = decode(message)
@@ -118,7 +137,7 @@ class InferenceService:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.get(self.names.done_key(turn.turn_id))
                 pipe.exists(self.names.cancelled_key(turn.turn_id))
-                self.history.queue_load(pipe, turn.conversation_id)
+                self.history.queue_load(pipe, turn.tenant_id, turn.conversation_id)
                 recorded, cancelled, raw_history = await pipe.execute()
             if recorded is not None and self._replay(turn, recorded):
                 return  # inside the lock: a duplicate waits for the original, then replays
@@ -213,16 +232,49 @@ class InferenceService:
         )
         # Record first, tell the client last: once it sees `response.done`, the outcome is
         # durable in Kafka and the history, so its next turn sees this one.
+        await self._retrying("recording the outcome", self._record, completed, turn)
+        await self.relay.publish_confirmed(self.names.edge_channel(turn.edge_id), completed)
+        self.turns_completed += 1
+
+    async def _record(self, completed: TurnCompleted, turn: TurnSubmitted) -> None:
+        """Kafka `turns.completed`, then history + done marker in one Redis transaction, so
+        a retry after a failure here never appends the history twice. A retryable error is
+        not marked done: the client's retry with the same client_turn_id runs again."""
         await self.producer.send_and_wait(
             self.config.completed_topic, encode(completed), key=turn.conversation_id.encode()
         )
-        if finish != FinishReason.ERROR:
-            await self.history.append(
-                turn.conversation_id, history_after(turn.text, completed.text)
-            )
-        await self.redis.set(self.names.done_key(turn.turn_id), encode(completed), ex=DONE_TTL_S)
-        self.relay.publish(self.names.edge_channel(turn.edge_id), completed)
-        self.turns_completed += 1
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if completed.finish_reason != FinishReason.ERROR:
+                self.history.queue_append(
+                    pipe,
+                    turn.tenant_id,
+                    turn.conversation_id,
+                    history_after(turn.text, completed.text),
+                )
+            if completed.error is None or not completed.error.retryable:
+                pipe.set(self.names.done_key(turn.turn_id), encode(completed), ex=DONE_TTL_S)
+            await pipe.execute()
+
+    async def _retrying(self, what: str, step, *args) -> None:
+        """Run an idempotent step until Kafka and Redis take it (outages are waited out)."""
+        delay = 0.1
+        while True:
+            try:
+                await step(*args)
+                return
+            except (RedisError, KafkaError) as err:
+                log.warning("%s failed (%r); retrying in %.1fs", what, err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def fail_turn(self, event: AnyEvent, reason: str) -> None:
+        """Last resort when handling a turn failed unexpectedly: the client still gets a
+        `response.done` (finish_reason error) instead of waiting forever."""
+        if not isinstance(event, TurnSubmitted):
+            return
+        progress = TurnProgress(event)
+        error = ErrorInfo("internal_error", f"the turn failed: {reason}"[:500], retryable=True)
+        await self._finish(progress, FinishReason.ERROR, error)
 
     @contextlib.asynccontextmanager
     async def _conversation(self, conversation_id: str) -> AsyncIterator[None]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from schemas.events import FinishReason
 from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
+from workers.inference.prompt import fit_messages
 
 _FINISH = {
     "stop": FinishReason.STOP,
@@ -62,12 +63,26 @@ class VllmEngine:
         self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
 
     def render(self, request: GenerationRequest) -> list[int]:
-        messages = [{"role": str(m.role), "content": m.content} for m in request.messages]
-        encoded = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True
+        """Prompt token ids, dropping the oldest history until the prompt leaves room for
+        the answer (at most half the context is reserved for it)."""
+        budget = self._options.max_model_len - min(
+            request.decoding.max_tokens, self._options.max_model_len // 2
         )
-        ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
-        return list(ids)
+        rendered: dict[int, list[int]] = {}
+
+        def count(messages) -> int:
+            rendered[len(messages)] = self._encode(messages)
+            return len(rendered[len(messages)])
+
+        kept, _ = fit_messages(request.messages, count, budget)
+        return rendered[len(kept)]
+
+    def _encode(self, messages) -> list[int]:
+        chat = [{"role": str(m.role), "content": m.content} for m in messages]
+        encoded = self._tokenizer.apply_chat_template(
+            chat, add_generation_prompt=True, tokenize=True
+        )
+        return list(encoded["input_ids"] if not isinstance(encoded, list) else encoded)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         from vllm import SamplingParams

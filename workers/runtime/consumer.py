@@ -44,8 +44,10 @@ class _Rebalance(ConsumerRebalanceListener):
         # otherwise their new owner would re-read the uncommitted turns and answer them a
         # second time while this worker is still answering.
         await self._loop.drain_partitions(set(revoked), REVOKE_DRAIN_S)
-        await self._loop.commit()
-        self._loop.tracker.forget(list(revoked))
+        try:
+            await self._loop.commit()
+        finally:
+            self._loop.tracker.forget(list(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
@@ -62,6 +64,7 @@ class ConsumerLoop:
         deadletter_topic: str,
         max_inflight: int,
         retry_on: tuple[type[BaseException], ...] = (RedisError, KafkaError, OSError),
+        on_failure: Callable[[AnyEvent, str], Awaitable[None]] | None = None,
     ) -> None:
         self.consumer = consumer
         self.producer = producer
@@ -69,6 +72,7 @@ class ConsumerLoop:
         self.topics = topics
         self.deadletter_topic = deadletter_topic
         self.retry_on = retry_on
+        self.on_failure = on_failure  # tells the client when its turn could not be handled
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self._slots = asyncio.Semaphore(max_inflight)
         self._tasks: dict[asyncio.Task[None], TopicPartition] = {}
@@ -118,25 +122,41 @@ class ConsumerLoop:
         handled = False
         try:
             try:
-                await self._handle_with_retries(decode(record.value))
+                event = decode(record.value)
             except DecodeError as err:
                 log.warning("dead-lettering %s@%d: %s", tp, record.offset, err)
-                await self._dead_letter(record, err.code, str(err))
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                log.exception("handler failed on %s@%d", tp, record.offset)
-                await self._dead_letter(record, "handler_failed", repr(err))
+                await self._retrying_dead_letter(record, err.code, str(err))
+            else:
+                try:
+                    await self._handle_with_retries(event)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    log.exception("handler failed on %s@%d", tp, record.offset)
+                    await self._retrying_dead_letter(record, "handler_failed", repr(err))
+                    if self.on_failure is not None:
+                        await self.on_failure(event, repr(err))
             handled = True
         except asyncio.CancelledError:
             pass  # stopping: left uncommitted, so it is redelivered
         except Exception:
-            # Could not even dead-letter (broker down): keep the offset uncommitted.
-            log.exception("could not dead-letter %s@%d; it will be redelivered", tp, record.offset)
+            log.exception("giving up on %s@%d; it will be redelivered", tp, record.offset)
         finally:
             if handled:
                 self.tracker.finished(tp, record.offset)
             self._slots.release()
+
+    async def _retrying_dead_letter(self, record: ConsumerRecord, code: str, reason: str):
+        """Dead letters must land (else the partition's commits would stall behind them)."""
+        delay = 0.1
+        while True:
+            try:
+                await self._dead_letter(record, code, reason)
+                return
+            except KafkaError as err:
+                log.warning("dead-lettering failed (%r); retrying in %.1fs", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY_S)
 
     async def _handle_with_retries(self, event: AnyEvent) -> None:
         """Outages of Kafka or Redis are waited out (the message stays uncommitted and its

@@ -14,7 +14,6 @@ import asyncio
 import logging
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from schemas.codec import encode, encode_batch
 from schemas.events import Event
@@ -29,7 +28,7 @@ class RelayOverflow(RuntimeError):
 class RelayPublisher:
     def __init__(self, redis: Redis, *, max_pending: int = 100_000) -> None:
         self._redis = redis
-        self._pending: list[tuple[str, bytes]] = []
+        self._pending: list[tuple[str, bytes, asyncio.Future[None] | None]] = []
         self._max_pending = max_pending
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
@@ -38,9 +37,20 @@ class RelayPublisher:
         self.batches_sent = 0
 
     def publish(self, channel: str, event: Event) -> None:
+        """Queue a frame (token chunks: losing one to a crash is repaired by redelivery)."""
+        self._enqueue(channel, event, None)
+
+    async def publish_confirmed(self, channel: str, event: Event) -> None:
+        """Queue a frame and wait until Redis took it (terminal frames: the turn's offset
+        must not be committed while its `turn.completed` exists only in this process)."""
+        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._enqueue(channel, event, confirmed)
+        await confirmed
+
+    def _enqueue(self, channel: str, event: Event, confirmed: asyncio.Future[None] | None):
         if len(self._pending) >= self._max_pending:
             raise RelayOverflow(f"{len(self._pending)} frames waiting for Redis")
-        self._pending.append((channel, encode(event)))
+        self._pending.append((channel, encode(event), confirmed))
         self._idle.clear()
         self._wakeup.set()
 
@@ -60,19 +70,23 @@ class RelayPublisher:
                         for channel, payloads in _by_channel(batch).items():
                             pipe.publish(channel, encode_batch(payloads))
                         await pipe.execute()
-                    backoff = 0.05
-                    self.frames_sent += len(batch)
-                    self.batches_sent += 1
-                except RedisError:
+                except Exception:  # Redis down (or a bug): keep the frames, retry
                     log.warning("relay publish failed; retrying in %.2fs", backoff, exc_info=True)
                     self._pending[:0] = batch
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
+                    continue
+                backoff = 0.05
+                self.frames_sent += len(batch)
+                self.batches_sent += 1
+                for _, _, confirmed in batch:
+                    if confirmed is not None and not confirmed.done():
+                        confirmed.set_result(None)
             self._idle.set()
 
 
-def _by_channel(batch: list[tuple[str, bytes]]) -> dict[str, list[bytes]]:
+def _by_channel(batch: list[tuple[str, bytes, object]]) -> dict[str, list[bytes]]:
     grouped: dict[str, list[bytes]] = {}
-    for channel, payload in batch:
+    for channel, payload, _ in batch:
         grouped.setdefault(channel, []).append(payload)
     return grouped
