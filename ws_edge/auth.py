@@ -23,6 +23,7 @@ ISSUER = "turnstream"
 class Principal:
     user_id: str
     tenant_id: str
+    expires_at_s: float = float("inf")  # the token's `exp`: the session ends with it
 
     @property
     def owner(self) -> str:
@@ -61,4 +62,4 @@ def verify_token(secret: str, token: str) -> Principal:
             f"token claim tenant must match {TENANT_ID.pattern} (it names Redis keys)",
             code="token_invalid",
         )
-    return Principal(user_id=claims["sub"], tenant_id=tenant)
+    return Principal(user_id=claims["sub"], tenant_id=tenant, expires_at_s=float(claims["exp"]))

@@ -107,6 +107,7 @@ class _Route:
     accepted: bool = False
     held: list[AnyEvent] = field(default_factory=list)
     started: bool = False
+    last_seq: int = -1
 
 
 class _Envelope(msgspec.Struct):
@@ -229,8 +230,12 @@ class Session:
                     # the answer starts over, and the client must drop what it showed.
                     actions.append(Send(ResponseRestarted(event.turn_id, "worker_failover")))
                 route.started = True
+                route.last_seq = -1
                 return [*actions, Send(ResponseStarted(event.turn_id, event.model))]
             case TokenChunk():
+                if event.seq <= route.last_seq:
+                    return []  # a relay retry delivered it twice
+                route.last_seq = event.seq
                 return [Send(ResponseDelta(event.turn_id, event.seq, event.text))]
             case TurnCompleted():
                 del self._routes[event.turn_id]
@@ -286,11 +291,16 @@ class Session:
         if isinstance(message, Authenticate):
             if self.principal is not None:
                 raise InvalidMessage("session is already authenticated")
+            if self._auth_failures >= MAX_AUTH_FAILURES:
+                raise AuthError("too many failed authentications")
             return self._authenticate(message.token)
         if isinstance(message, Ping):
             return [Send(Pong(message.id))]
         if self.principal is None:
             raise AuthError("authenticate first (session.authenticate or ?token=)")
+        if self._clock_ms() / 1000 >= self.principal.expires_at_s:
+            self.principal = None  # open turns keep streaming; new requests need a new token
+            raise AuthError("token expired: send session.authenticate", code="token_expired")
         if isinstance(message, CreateTurn):
             return self._create_turn(self.principal, message)
         if isinstance(message, CancelTurn):

@@ -85,3 +85,42 @@ async def test_a_full_worker_stops_fetching_and_commits_only_finished_prefixes()
         await asyncio.gather(task, return_exceptions=True)
         await loop.drain(timeout_s=0)
     assert loop.tracker.in_flight() == 2  # t2, t3 dropped uncommitted: they are redelivered
+
+
+async def test_a_handler_bug_is_dead_lettered_and_reported_to_the_client():
+    reported = []
+
+    async def buggy(event) -> None:
+        raise KeyError("bug")
+
+    async def on_failure(event, reason) -> None:
+        reported.append((event.turn_id, reason))
+
+    class DeadLetters:
+        sent: list = []
+
+        async def send_and_wait(self, topic, value, key=None, headers=None):
+            self.sent.append((topic, dict(headers)["error_code"]))
+
+    consumer = MemoryConsumer(records(1))
+    producer = DeadLetters()
+    loop = ConsumerLoop(
+        consumer,
+        producer,
+        buggy,
+        topics=["t"],
+        deadletter_topic="d",
+        max_inflight=1,
+        on_failure=on_failure,
+    )
+    task = asyncio.create_task(loop.run())
+    try:
+        for _ in range(20):
+            await asyncio.sleep(0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert producer.sent == [("d", b"handler_failed")]
+    assert reported == [("t0", "KeyError('bug')")]
+    await loop.commit()
+    assert consumer.commits[-1] == {TopicPartition("t", 0): 1}  # done with it: committed

@@ -274,3 +274,27 @@ def test_a_redelivered_turn_tells_the_client_to_start_over():
     restarted, started = session.relay(TurnStarted(turn_id=turn_id, worker_id="w2", model="m"))
     assert restarted.event == ResponseRestarted(turn_id, "worker_failover")
     assert isinstance(started.event, ResponseStarted)
+
+
+def test_an_expired_token_ends_the_session_until_a_new_one_comes():
+    now = [1000.0]
+    session = Session(
+        session_id="s1",
+        edge_id="edge-1",
+        auth_secret=SECRET,
+        limits=SessionLimits(),
+        clock_ms=lambda: now[0] * 1000,
+    )
+    session.open(mint_token(SECRET, "alice", ttl_s=3600))  # exp ≈ real time + 1 h
+    now[0] = session.principal.expires_at_s + 1
+    err = only_error(session.receive(frame(type="turn.create", conversation_id="c", text="x")))
+    assert err.code == "token_expired" and not session.authenticated
+
+
+def test_duplicate_token_frames_are_dropped():
+    session = authed()
+    turn_id = _submit(session)
+    session.submit_succeeded(turn_id)
+    chunk = TokenChunk(turn_id=turn_id, seq=0, text="a", emitted_at_ms=1)
+    assert len(session.relay(chunk)) == 1
+    assert session.relay(chunk) == []

@@ -1,0 +1,45 @@
+"""The edge's relay after a lost subscription: outcomes published while it was away are
+read back from their done keys (real Redis)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from schemas.channels import RedisNames, redis_client
+from schemas.codec import encode
+from schemas.events import FinishReason, Timings, TurnCompleted, Usage
+from ws_edge.relay import RelaySubscriber
+
+pytestmark = pytest.mark.integration
+
+
+async def test_missed_outcomes_are_recovered_after_a_resubscribe(services, session_namespace):
+    names = RedisNames.for_namespace(f"{session_namespace}-relay")
+    redis = redis_client(services.redis_url)
+    relay = RelaySubscriber(redis, names.edge_channel("e1"), names.done_key)
+    waiting, other = uuid.uuid4().hex, uuid.uuid4().hex
+    delivered = []
+    relay.route(waiting, delivered.append)
+    relay.route(other, delivered.append)
+    completed = TurnCompleted(
+        turn_id=waiting,
+        conversation_id="c",
+        tenant_id="t",
+        user_id="u",
+        finish_reason=FinishReason.STOP,
+        text="the whole answer",
+        usage=Usage(1, 3),
+        timings=Timings(queue_ms=1, ttft_ms=2, e2e_ms=3),
+        model="m",
+        worker_id="w",
+        completed_at_ms=1.0,
+    )
+    try:
+        await redis.set(names.done_key(waiting), encode(completed), ex=60)
+        await relay._recover_outcomes()
+    finally:
+        await redis.delete(names.done_key(waiting))
+        await redis.aclose()
+    assert delivered == [completed]  # the other turn is still running: nothing for it
