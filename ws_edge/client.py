@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
@@ -39,6 +40,8 @@ class EdgeClient:
         self.ready: SessionReady | None = None
         self._pending: asyncio.Queue[AnyServerEvent] = asyncio.Queue()  # not tied to a turn
         self._turns: dict[str, asyncio.Queue[AnyServerEvent]] = defaultdict(asyncio.Queue)
+        # answers to turn.create, matched by client_turn_id (safe with concurrent turns)
+        self._acceptances: dict[str, asyncio.Future[TurnAccepted | ErrorEvent]] = {}
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
@@ -71,9 +74,40 @@ class EdgeClient:
         return await asyncio.wait_for(self._pending.get(), wait_s)
 
     async def start_turn(self, conversation_id: str, text: str, **options) -> str:
-        """Send a turn and wait for `turn.accepted`; raise `TurnRejected` on an error event."""
-        await self.send(CreateTurn(conversation_id=conversation_id, text=text, **options))
-        event = await self.next_event()
+        """Send a turn and wait for `turn.accepted`; raise `TurnRejected` on an error event.
+
+        A `client_turn_id` is generated when not given, so retrying the same call after a
+        retryable error is answered once, and concurrent calls are matched correctly."""
+        client_turn_id = options.pop("client_turn_id", None) or uuid.uuid4().hex[:16]
+        answer: asyncio.Future[TurnAccepted | ErrorEvent] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._acceptances[client_turn_id] = answer
+        try:
+            await self.send(
+                CreateTurn(
+                    conversation_id=conversation_id,
+                    text=text,
+                    client_turn_id=client_turn_id,
+                    **options,
+                )
+            )
+            # A message the edge could not even parse is answered without the id: take the
+            # next unmatched error then (only malformed requests rely on order).
+            unmatched = asyncio.ensure_future(self.next_event())
+            done, _ = await asyncio.wait(
+                {answer, unmatched}, timeout=30, return_when=asyncio.FIRST_COMPLETED
+            )
+            if answer in done:
+                unmatched.cancel()
+                event = answer.result()
+            elif unmatched in done:
+                event = unmatched.result()
+            else:
+                unmatched.cancel()
+                raise TimeoutError("no answer to turn.create within 30 s")
+        finally:
+            self._acceptances.pop(client_turn_id, None)
         if isinstance(event, ErrorEvent):
             raise TurnRejected(event)
         assert isinstance(event, TurnAccepted), event
@@ -102,6 +136,11 @@ class EdgeClient:
     async def _read(self) -> None:
         async for frame in self.websocket:
             event = server_decoder.decode(frame)
+            waiting = self._acceptances.get(getattr(event, "client_turn_id", None) or "")
+            if isinstance(event, (TurnAccepted, ErrorEvent)) and waiting is not None:
+                if not waiting.done():
+                    waiting.set_result(event)
+                continue
             turn_id = getattr(event, "turn_id", None)
             if turn_id is not None and not isinstance(event, (TurnAccepted, ErrorEvent)):
                 self._turns[turn_id].put_nowait(event)

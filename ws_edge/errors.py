@@ -22,6 +22,7 @@ from __future__ import annotations
 class EdgeError(Exception):
     code = "internal_error"
     retryable = False
+    client_turn_id: str | None = None  # set when the error answers a `turn.create`
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)

@@ -103,6 +103,7 @@ class ErrorEvent(ServerEvent, tag="error"):
     message: str
     retryable: bool = False
     turn_id: str | None = None
+    client_turn_id: str | None = None  # echoes the `turn.create` this error answers
 
 
 class Pong(ServerEvent, tag="pong"):

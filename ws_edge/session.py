@@ -117,9 +117,17 @@ class _Envelope(msgspec.Struct):
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
 
 
-def error_event(err: EdgeError, turn_id: str | None = None) -> Send:
+def error_event(
+    err: EdgeError, turn_id: str | None = None, client_turn_id: str | None = None
+) -> Send:
     return Send(
-        ErrorEvent(code=err.code, message=err.message, retryable=err.retryable, turn_id=turn_id)
+        ErrorEvent(
+            code=err.code,
+            message=err.message,
+            retryable=err.retryable,
+            turn_id=turn_id,
+            client_turn_id=client_turn_id or err.client_turn_id,
+        )
     )
 
 
@@ -193,7 +201,8 @@ class Session:
 
     def submit_failed(self, turn_id: str, err: EdgeError) -> list[Action]:
         route = self._routes.pop(turn_id, None)
-        actions: list[Action] = [error_event(err, turn_id)]
+        client_turn_id = route.client_turn_id if route is not None else None
+        actions: list[Action] = [error_event(err, turn_id, client_turn_id)]
         if route is not None:
             actions += self._next_submit(route.conversation_id)
         return actions
@@ -302,7 +311,11 @@ class Session:
             self.principal = None  # open turns keep streaming; new requests need a new token
             raise AuthError("token expired: send session.authenticate", code="token_expired")
         if isinstance(message, CreateTurn):
-            return self._create_turn(self.principal, message)
+            try:
+                return self._create_turn(self.principal, message)
+            except EdgeError as err:
+                err.client_turn_id = message.client_turn_id  # lets the client match it
+                raise
         if isinstance(message, CancelTurn):
             route = self._routes.get(message.turn_id)
             if route is None:

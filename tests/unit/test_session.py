@@ -298,3 +298,19 @@ def test_duplicate_token_frames_are_dropped():
     chunk = TokenChunk(turn_id=turn_id, seq=0, text="a", emitted_at_ms=1)
     assert len(session.relay(chunk)) == 1
     assert session.relay(chunk) == []
+
+
+def test_answers_to_turn_create_echo_the_client_turn_id():
+    session = authed(max_turn_chars=3)
+    long = frame(type="turn.create", conversation_id="c", text="toolong", client_turn_id="k1")
+    assert only_error(session.receive(long)).client_turn_id == "k1"
+    [submit] = session.receive(
+        frame(type="turn.create", conversation_id="c", text="ok", client_turn_id="k2")
+    )
+    [accepted] = session.submit_succeeded(submit.turn.turn_id)
+    assert accepted.event.client_turn_id == "k2"
+    [submit] = session.receive(
+        frame(type="turn.create", conversation_id="c", text="ok", client_turn_id="k3")
+    )
+    failed = only_error(session.submit_failed(submit.turn.turn_id, BrokerUnavailable("down")))
+    assert failed.client_turn_id == "k3" and failed.turn_id == submit.turn.turn_id
