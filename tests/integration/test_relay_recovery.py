@@ -9,7 +9,7 @@ import pytest
 
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import encode
-from schemas.events import FinishReason, Timings, TurnCompleted, Usage
+from tests.support import factories
 from ws_edge.relay import RelaySubscriber
 
 pytestmark = pytest.mark.integration
@@ -23,19 +23,7 @@ async def test_missed_outcomes_are_recovered_after_a_resubscribe(services, sessi
     delivered = []
     relay.route(waiting, delivered.append)
     relay.route(other, delivered.append)
-    completed = TurnCompleted(
-        turn_id=waiting,
-        conversation_id="c",
-        tenant_id="t",
-        user_id="u",
-        finish_reason=FinishReason.STOP,
-        text="the whole answer",
-        usage=Usage(1, 3),
-        timings=Timings(queue_ms=1, ttft_ms=2, e2e_ms=3),
-        model="m",
-        worker_id="w",
-        completed_at_ms=1.0,
-    )
+    completed = factories.completed(waiting, text="the whole answer")
     try:
         await redis.set(names.done_key(waiting), encode(completed), ex=60)
         await relay._recover_outcomes()

@@ -1,18 +1,11 @@
 from schemas.events import FinishReason, TurnSubmitted
+from tests.support.factories import submitted
 from workers.inference.engine import GenerationDelta
 from workers.inference.progress import TurnProgress
 
 
 def turn() -> TurnSubmitted:
-    return TurnSubmitted(
-        turn_id="t",
-        conversation_id="c",
-        tenant_id="x",
-        user_id="u",
-        edge_id="e",
-        text="q",
-        submitted_at_ms=1000.0,
-    )
+    return submitted("t", submitted_at_ms=1000.0)
 
 
 def test_timings_usage_and_text_from_deltas():

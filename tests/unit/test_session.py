@@ -1,11 +1,11 @@
 """The edge's protocol rules, at the event level: no loop, no sockets."""
 
-import time
 
 import msgspec
 import pytest
 
-from schemas.events import FinishReason, Timings, TokenChunk, TurnCompleted, TurnStarted, Usage
+from schemas.events import TokenChunk, TurnStarted
+from tests.support.factories import completed
 from ws_edge.auth import mint_token
 from ws_edge.errors import BrokerUnavailable
 from ws_edge.messages import (
@@ -183,19 +183,7 @@ def test_completion_closes_the_route():
     session = authed()
     turn_id = _submit(session)
     session.submit_succeeded(turn_id)
-    done = TurnCompleted(
-        turn_id=turn_id,
-        conversation_id="c1",
-        tenant_id="acme",
-        user_id="alice",
-        finish_reason=FinishReason.STOP,
-        text="Hello",
-        usage=Usage(5, 2),
-        timings=Timings(queue_ms=1, ttft_ms=2, e2e_ms=3),
-        model="m",
-        worker_id="w",
-        completed_at_ms=time.time(),
-    )
+    done = completed(turn_id, conversation_id="c1", text="Hello")
     [action] = session.relay(done)
     assert isinstance(action.event, ResponseDone) and action.event.text == "Hello"
     assert session.open_turns == []
