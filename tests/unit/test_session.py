@@ -1,6 +1,5 @@
 """The edge's protocol rules, at the event level: no loop, no sockets."""
 
-
 import msgspec
 import pytest
 
