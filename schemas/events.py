@@ -104,11 +104,13 @@ class TurnCancelled(Event, tag="turn.cancelled"):
 
 
 class TokenChunk(Event, tag="token.chunk"):
-    """Relay frame: a piece of the answer, in order (`seq` counts chunks from 0)."""
+    """Relay frame: a piece of the answer, in order (`seq` counts chunks from 0 within one
+    worker's attempt; `worker_id` tells attempts apart after a failover)."""
 
     seq: int
     text: str
     emitted_at_ms: float
+    worker_id: str = ""
 
 
 class TurnStarted(Event, tag="turn.started"):

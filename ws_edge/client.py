@@ -29,9 +29,10 @@ from ws_edge.messages import (
 
 
 class TurnRejected(RuntimeError):
-    def __init__(self, error: ErrorEvent) -> None:
+    def __init__(self, error: ErrorEvent, client_turn_id: str | None = None) -> None:
         super().__init__(f"{error.code}: {error.message}")
         self.error = error
+        self.client_turn_id = client_turn_id  # reuse it to retry the same turn
 
 
 class EdgeClient:
@@ -42,6 +43,7 @@ class EdgeClient:
         self._turns: dict[str, asyncio.Queue[AnyServerEvent]] = defaultdict(asyncio.Queue)
         # answers to turn.create, matched by client_turn_id (safe with concurrent turns)
         self._acceptances: dict[str, asyncio.Future[TurnAccepted | ErrorEvent]] = {}
+        self._loose_errors: asyncio.Queue[ErrorEvent] = asyncio.Queue()  # errors with no ids
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
@@ -76,13 +78,15 @@ class EdgeClient:
     async def start_turn(self, conversation_id: str, text: str, **options) -> str:
         """Send a turn and wait for `turn.accepted`; raise `TurnRejected` on an error event.
 
-        A `client_turn_id` is generated when not given, so retrying the same call after a
-        retryable error is answered once, and concurrent calls are matched correctly."""
+        Answers are matched by `client_turn_id` (generated when not given), so concurrent
+        calls are safe. To retry after a retryable error without risking a second answer,
+        call again with `client_turn_id=rejected.client_turn_id`."""
         client_turn_id = options.pop("client_turn_id", None) or uuid.uuid4().hex[:16]
-        answer: asyncio.Future[TurnAccepted | ErrorEvent] = (
-            asyncio.get_running_loop().create_future()
-        )
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[TurnAccepted | ErrorEvent] = loop.create_future()
         self._acceptances[client_turn_id] = answer
+        while not self._loose_errors.empty():  # stale: they answered earlier messages
+            self._loose_errors.get_nowait()
         try:
             await self.send(
                 CreateTurn(
@@ -92,24 +96,25 @@ class EdgeClient:
                     **options,
                 )
             )
-            # A message the edge could not even parse is answered without the id: take the
-            # next unmatched error then (only malformed requests rely on order).
-            unmatched = asyncio.ensure_future(self.next_event())
-            done, _ = await asyncio.wait(
-                {answer, unmatched}, timeout=30, return_when=asyncio.FIRST_COMPLETED
-            )
+            # A message the edge could not even parse is answered by an error without ids.
+            loose = asyncio.ensure_future(self._loose_errors.get())
+            try:
+                done, _ = await asyncio.wait(
+                    {answer, loose}, timeout=30, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                loose.cancel()
             if answer in done:
-                unmatched.cancel()
                 event = answer.result()
-            elif unmatched in done:
-                event = unmatched.result()
+            elif loose in done:
+                event = loose.result()
             else:
-                unmatched.cancel()
                 raise TimeoutError("no answer to turn.create within 30 s")
         finally:
-            self._acceptances.pop(client_turn_id, None)
+            if self._acceptances.get(client_turn_id) is answer:
+                del self._acceptances[client_turn_id]
         if isinstance(event, ErrorEvent):
-            raise TurnRejected(event)
+            raise TurnRejected(event, client_turn_id)
         assert isinstance(event, TurnAccepted), event
         return event.turn_id
 
@@ -136,11 +141,14 @@ class EdgeClient:
     async def _read(self) -> None:
         async for frame in self.websocket:
             event = server_decoder.decode(frame)
-            waiting = self._acceptances.get(getattr(event, "client_turn_id", None) or "")
-            if isinstance(event, (TurnAccepted, ErrorEvent)) and waiting is not None:
-                if not waiting.done():
+            client_turn_id = getattr(event, "client_turn_id", None)
+            if isinstance(event, (TurnAccepted, ErrorEvent)) and client_turn_id:
+                waiting = self._acceptances.get(client_turn_id)
+                if waiting is not None and not waiting.done():
                     waiting.set_result(event)
-                continue
+                continue  # an answer to a start_turn that gave up: nobody to tell
+            if isinstance(event, ErrorEvent) and event.turn_id is None:
+                self._loose_errors.put_nowait(event)
             turn_id = getattr(event, "turn_id", None)
             if turn_id is not None and not isinstance(event, (TurnAccepted, ErrorEvent)):
                 self._turns[turn_id].put_nowait(event)

@@ -79,7 +79,8 @@ class RelaySubscriber:
         found = [r for r in recorded if r is not None]
         if found:
             log.info("recovered %d outcomes missed while resubscribing", len(found))
-            self._dispatch(encode_batch(found))
+        for outcome in found:  # one at a time: an unreadable one must not hide the others
+            self._dispatch(encode_batch([outcome]))
 
     def _dispatch(self, payload: bytes) -> None:
         try:

@@ -106,7 +106,7 @@ class _Route:
     client_turn_id: str | None = None
     accepted: bool = False
     held: list[AnyEvent] = field(default_factory=list)
-    started: bool = False
+    worker_id: str | None = None  # the worker answering now
     last_seq: int = -1
 
 
@@ -158,6 +158,7 @@ class Session:
         self._clock_ms = clock_ms
         self._client_info = client_info
         self.principal: Principal | None = None
+        self._identity: str | None = None  # the first principal's owner, for renewals
         self._auth_failures = 0
         self._routes: dict[str, _Route] = {}
         # One publish in flight per conversation, the rest wait here in order, so Kafka
@@ -233,19 +234,16 @@ class Session:
             return []
         match event:
             case TurnStarted():
-                actions: list[Action] = []
-                if route.started:
-                    # A worker died mid-answer and Kafka redelivered the turn to another:
-                    # the answer starts over, and the client must drop what it showed.
-                    actions.append(Send(ResponseRestarted(event.turn_id, "worker_failover")))
-                route.started = True
-                route.last_seq = -1
+                actions = self._new_attempt(route, event.turn_id, event.worker_id)
                 return [*actions, Send(ResponseStarted(event.turn_id, event.model))]
             case TokenChunk():
+                actions = []
+                if event.worker_id != route.worker_id:  # its turn.started was lost
+                    actions = self._new_attempt(route, event.turn_id, event.worker_id)
                 if event.seq <= route.last_seq:
-                    return []  # a relay retry delivered it twice
+                    return actions  # a relay retry delivered it twice
                 route.last_seq = event.seq
-                return [Send(ResponseDelta(event.turn_id, event.seq, event.text))]
+                return [*actions, Send(ResponseDelta(event.turn_id, event.seq, event.text))]
             case TurnCompleted():
                 del self._routes[event.turn_id]
                 return [
@@ -262,6 +260,18 @@ class Session:
                     )
                 ]
         return []
+
+    @staticmethod
+    def _new_attempt(route: _Route, turn_id: str, worker_id: str) -> list[Action]:
+        """A worker starts (or restarts) the answer. A second attempt means the first
+        worker died mid-answer and Kafka redelivered the turn: the client must drop what
+        it showed, and the new attempt's chunks count from seq 0 again."""
+        actions: list[Action] = []
+        if route.worker_id is not None and route.worker_id != worker_id:
+            actions.append(Send(ResponseRestarted(turn_id, "worker_failover")))
+        route.worker_id = worker_id
+        route.last_seq = -1
+        return actions
 
     # ---- state -------------------------------------------------------------------------------
     @property
@@ -297,6 +307,14 @@ class Session:
             raise InvalidMessage(f"invalid {envelope.type}: {exc}") from None
 
     def _handle(self, message: AnyClientMessage) -> list[Action]:
+        try:
+            return self._handle_message(message)
+        except EdgeError as err:
+            if isinstance(message, CreateTurn):
+                err.client_turn_id = message.client_turn_id  # lets the client match it
+            raise
+
+    def _handle_message(self, message: AnyClientMessage) -> list[Action]:
         if isinstance(message, Authenticate):
             if self.principal is not None:
                 raise InvalidMessage("session is already authenticated")
@@ -311,11 +329,7 @@ class Session:
             self.principal = None  # open turns keep streaming; new requests need a new token
             raise AuthError("token expired: send session.authenticate", code="token_expired")
         if isinstance(message, CreateTurn):
-            try:
-                return self._create_turn(self.principal, message)
-            except EdgeError as err:
-                err.client_turn_id = message.client_turn_id  # lets the client match it
-                raise
+            return self._create_turn(self.principal, message)
         if isinstance(message, CancelTurn):
             route = self._routes.get(message.turn_id)
             if route is None:
@@ -325,10 +339,16 @@ class Session:
 
     def _authenticate(self, token: str) -> list[Action]:
         try:
-            self.principal = verify_token(self._secret, token)
+            principal = verify_token(self._secret, token)
+            if self._identity is not None and self._identity != principal.owner:
+                # A renewed token must name the same user: the session's open turns are
+                # that user's, and must not pass to anyone else.
+                raise AuthError("a session cannot change its user", code="token_invalid")
         except AuthError:
             self._auth_failures += 1
             raise
+        self.principal = principal
+        self._identity = principal.owner
         return [
             Send(
                 SessionReady(

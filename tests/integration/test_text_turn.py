@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -116,3 +117,16 @@ async def test_completed_turns_are_recorded_in_kafka(fake_pipeline):
     found = decode(record.value)
     assert isinstance(found, TurnCompleted)
     assert found.text == done.text and found.tenant_id == "acme" and found.user_id == "alice"
+
+
+async def test_concurrent_turns_on_one_connection_are_matched_to_their_answers(fake_pipeline):
+    async def answer(client: EdgeClient, turn_id: str) -> ResponseDone:
+        return [e async for e in client.events(turn_id)][-1]
+
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        questions = [f"question number {i}" for i in range(4)]
+        turn_ids = await asyncio.gather(*(client.start_turn(conv(), q) for q in questions))
+        dones = await asyncio.gather(*(answer(client, t) for t in turn_ids))
+    assert len(set(turn_ids)) == 4
+    for question, done in zip(questions, dones, strict=True):
+        assert done.text == f"You said: {question} (turn 1)"

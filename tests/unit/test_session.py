@@ -171,10 +171,17 @@ def test_frames_racing_ahead_of_the_ack_are_held_in_order():
     session = authed()
     turn_id = _submit(session)
     assert session.relay(TurnStarted(turn_id=turn_id, worker_id="w", model="m")) == []
-    assert session.relay(TokenChunk(turn_id=turn_id, seq=0, text="Hel", emitted_at_ms=1)) == []
+    assert (
+        session.relay(
+            TokenChunk(turn_id=turn_id, seq=0, text="Hel", emitted_at_ms=1, worker_id="w")
+        )
+        == []
+    )
     actions = session.submit_succeeded(turn_id)
     assert [type(a.event) for a in actions] == [TurnAccepted, ResponseStarted, ResponseDelta]
-    [delta] = session.relay(TokenChunk(turn_id=turn_id, seq=1, text="lo", emitted_at_ms=2))
+    [delta] = session.relay(
+        TokenChunk(turn_id=turn_id, seq=1, text="lo", emitted_at_ms=2, worker_id="w")
+    )
     assert delta.event == ResponseDelta(turn_id, 1, "lo")
 
 
@@ -257,7 +264,7 @@ def test_a_redelivered_turn_tells_the_client_to_start_over():
     turn_id = _submit(session)
     session.submit_succeeded(turn_id)
     session.relay(TurnStarted(turn_id=turn_id, worker_id="w1", model="m"))
-    session.relay(TokenChunk(turn_id=turn_id, seq=0, text="Hal", emitted_at_ms=1))
+    session.relay(TokenChunk(turn_id=turn_id, seq=0, text="Hal", emitted_at_ms=1, worker_id="w1"))
     restarted, started = session.relay(TurnStarted(turn_id=turn_id, worker_id="w2", model="m"))
     assert restarted.event == ResponseRestarted(turn_id, "worker_failover")
     assert isinstance(started.event, ResponseStarted)
@@ -301,3 +308,41 @@ def test_answers_to_turn_create_echo_the_client_turn_id():
     )
     failed = only_error(session.submit_failed(submit.turn.turn_id, BrokerUnavailable("down")))
     assert failed.client_turn_id == "k3" and failed.turn_id == submit.turn.turn_id
+
+
+def test_a_failover_is_noticed_even_when_the_new_start_frame_was_lost():
+    from ws_edge.messages import ResponseRestarted
+
+    session = authed()
+    turn_id = _submit(session)
+    session.submit_succeeded(turn_id)
+    session.relay(TurnStarted(turn_id=turn_id, worker_id="w1", model="m"))
+    for seq in range(3):
+        session.relay(
+            TokenChunk(turn_id=turn_id, seq=seq, text="x", emitted_at_ms=1, worker_id="w1")
+        )
+    restarted, delta = session.relay(
+        TokenChunk(turn_id=turn_id, seq=0, text="Fresh", emitted_at_ms=2, worker_id="w2")
+    )
+    assert isinstance(restarted.event, ResponseRestarted)
+    assert delta.event == ResponseDelta(turn_id, 0, "Fresh")
+
+
+def test_a_renewed_token_must_name_the_same_user():
+    now = [0.0]
+    session = Session(
+        session_id="s1",
+        edge_id="edge-1",
+        auth_secret=SECRET,
+        limits=SessionLimits(),
+        clock_ms=lambda: now[0],
+    )
+    session.open(mint_token(SECRET, "alice", "acme"))
+    now[0] = (session.principal.expires_at_s + 1) * 1000
+    err = only_error(session.receive(frame(type="turn.create", conversation_id="c", text="x")))
+    assert err.code == "token_expired"
+    steal = frame(type="session.authenticate", token=mint_token(SECRET, "mallory", "acme"))
+    assert only_error(session.receive(steal)).code == "token_invalid"
+    renew = frame(type="session.authenticate", token=mint_token(SECRET, "alice", "acme"))
+    [ready] = session.receive(renew)
+    assert isinstance(ready.event, SessionReady) and ready.event.user_id == "alice"

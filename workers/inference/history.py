@@ -16,6 +16,19 @@ from schemas.channels import RedisNames
 from schemas.events import Message
 
 log = logging.getLogger("turnstream.history")
+
+# KEYS: done, history, owner. ARGV: outcome, done ttl, max messages, history ttl, messages...
+_RECORD_OUTCOME = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 0 end
+if #ARGV > 4 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 5))
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+end
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+"""
 _decoder = msgspec.json.Decoder(Message)
 _encoder = msgspec.json.Encoder()
 
@@ -26,6 +39,7 @@ class ConversationHistory:
         self._names = names
         self._max = max_messages
         self._ttl = ttl_s
+        self._record = redis.register_script(_RECORD_OUTCOME)
 
     async def load(self, tenant_id: str, conversation_id: str) -> list[Message]:
         key = self._names.history_key(tenant_id, conversation_id)
@@ -46,12 +60,24 @@ class ConversationHistory:
                 log.warning("skipping an unreadable history entry")
         return messages
 
-    def queue_append(
-        self, pipe: Pipeline, tenant_id: str, conversation_id: str, messages: list[Message]
+    async def record_outcome(
+        self,
+        tenant_id: str,
+        conversation_id: str,
+        messages: list[Message],
+        *,
+        done_key: str,
+        outcome: bytes,
+        done_ttl_s: int,
     ) -> None:
-        """Add the append (capped, TTL refreshed) to a caller's transaction."""
-        key = self._names.history_key(tenant_id, conversation_id)
-        pipe.rpush(key, *[_encoder.encode(m) for m in messages])
-        pipe.ltrim(key, -self._max, -1)
-        pipe.expire(key, self._ttl)
-        pipe.expire(self._names.owner_key(tenant_id, conversation_id), self._ttl)
+        """Append the turn's messages and store its outcome, atomically and at most once:
+        when the outcome is already stored (a retry after a lost reply), nothing changes."""
+        await self._record(
+            keys=[
+                done_key,
+                self._names.history_key(tenant_id, conversation_id),
+                self._names.owner_key(tenant_id, conversation_id),
+            ],
+            args=[outcome, done_ttl_s, self._max, self._ttl]
+            + [_encoder.encode(m) for m in messages],
+        )

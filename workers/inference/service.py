@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
@@ -139,7 +141,7 @@ class InferenceService:
                 pipe.exists(self.names.cancelled_key(turn.turn_id))
                 self.history.queue_load(pipe, turn.tenant_id, turn.conversation_id)
                 recorded, cancelled, raw_history = await pipe.execute()
-            if recorded is not None and self._replay(turn, recorded):
+            if recorded is not None and await self._replay(turn, recorded):
                 return  # inside the lock: a duplicate waits for the original, then replays
             progress = TurnProgress(turn)
             channel = self.names.edge_channel(turn.edge_id)
@@ -174,16 +176,21 @@ class InferenceService:
                     generation.cancel()
             await self._finish(progress, finish, error)
 
-    def _replay(self, turn: TurnSubmitted, recorded: bytes) -> bool:
+    async def _replay(self, turn: TurnSubmitted, recorded: bytes) -> bool:
         """A redelivered or retried turn is not generated again: its recorded outcome is
-        relayed to the edge that asked (which may be another one than the first time)."""
+        relayed to the edge that asked (which may be another one than the first time).
+        A recorded retryable error is not final: the retry generates again."""
         try:
             completed = decode(recorded)
         except DecodeError:
             log.warning("unreadable outcome of turn %s; generating again", turn.turn_id)
             return False
+        if not isinstance(completed, TurnCompleted) or (
+            completed.error is not None and completed.error.retryable
+        ):
+            return False
         log.info("turn %s already answered; replaying its outcome", turn.turn_id)
-        self.relay.publish(self.names.edge_channel(turn.edge_id), completed)
+        await self.relay.publish_confirmed(self.names.edge_channel(turn.edge_id), completed)
         return True
 
     async def _await_generation(
@@ -214,6 +221,7 @@ class InferenceService:
                         seq=progress.chunks - 1,
                         text=delta.text,
                         emitted_at_ms=now,
+                        worker_id=self.config.worker_id,
                     ),
                 )
 
@@ -232,37 +240,48 @@ class InferenceService:
         )
         # Record first, tell the client last: once it sees `response.done`, the outcome is
         # durable in Kafka and the history, so its next turn sees this one.
-        await self._retrying("recording the outcome", self._record, completed, turn)
+        await self._record(completed, turn)
         await self.relay.publish_confirmed(self.names.edge_channel(turn.edge_id), completed)
         self.turns_completed += 1
 
     async def _record(self, completed: TurnCompleted, turn: TurnSubmitted) -> None:
-        """Kafka `turns.completed`, then history + done marker in one Redis transaction, so
-        a retry after a failure here never appends the history twice. A retryable error is
-        not marked done: the client's retry with the same client_turn_id runs again."""
-        await self.producer.send_and_wait(
-            self.config.completed_topic, encode(completed), key=turn.conversation_id.encode()
+        """Kafka `turns.completed`, then history + outcome in one conditional Redis step, so
+        a retry after a failure (even one where Redis applied the step but the reply was
+        lost) never appends the history twice. Each part is retried on its own."""
+        payload = encode(completed)
+        key = turn.conversation_id.encode()
+        topic = self.config.completed_topic
+        await self._retrying(
+            "publishing turns.completed", lambda: self.producer.send_and_wait(topic, payload, key)
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
-            if completed.finish_reason != FinishReason.ERROR:
-                self.history.queue_append(
-                    pipe,
-                    turn.tenant_id,
-                    turn.conversation_id,
-                    history_after(turn.text, completed.text),
-                )
-            if completed.error is None or not completed.error.retryable:
-                pipe.set(self.names.done_key(turn.turn_id), encode(completed), ex=DONE_TTL_S)
-            await pipe.execute()
+        added = (
+            history_after(turn.text, completed.text)
+            if completed.finish_reason != FinishReason.ERROR
+            else []
+        )
+        await self._retrying(
+            "recording the outcome",
+            lambda: self.history.record_outcome(
+                turn.tenant_id,
+                turn.conversation_id,
+                added,
+                done_key=self.names.done_key(turn.turn_id),
+                outcome=payload,
+                done_ttl_s=DONE_TTL_S,
+            ),
+        )
 
-    async def _retrying(self, what: str, step, *args) -> None:
-        """Run an idempotent step until Kafka and Redis take it (outages are waited out)."""
+    async def _retrying(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
+        """Run a step until Kafka and Redis take it: transient outages are waited out;
+        permanent errors (wrong type, too large, not authorised) are raised at once."""
         delay = 0.1
         while True:
             try:
-                await step(*args)
+                await step()
                 return
-            except (RedisError, KafkaError) as err:
+            except (RedisConnectionError, RedisTimeoutError, KafkaError) as err:
+                if isinstance(err, KafkaError) and not err.retriable:
+                    raise
                 log.warning("%s failed (%r); retrying in %.1fs", what, err, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

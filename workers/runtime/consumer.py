@@ -134,8 +134,7 @@ class ConsumerLoop:
                 except Exception as err:
                     log.exception("handler failed on %s@%d", tp, record.offset)
                     await self._retrying_dead_letter(record, "handler_failed", repr(err))
-                    if self.on_failure is not None:
-                        await self.on_failure(event, repr(err))
+                    await self._report_failure(event, repr(err))
             handled = True
         except asyncio.CancelledError:
             pass  # stopping: left uncommitted, so it is redelivered
@@ -145,6 +144,18 @@ class ConsumerLoop:
             if handled:
                 self.tracker.finished(tp, record.offset)
             self._slots.release()
+
+    async def _report_failure(self, event: AnyEvent, reason: str) -> None:
+        """Tell the client; if even that fails, the message is still done (dead-lettered),
+        so the partition's commits never stall behind it."""
+        if self.on_failure is None:
+            return
+        try:
+            await self.on_failure(event, reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("could not report the failure of %s", event.turn_id)
 
     async def _retrying_dead_letter(self, record: ConsumerRecord, code: str, reason: str):
         """Dead letters must land (else the partition's commits would stall behind them)."""

@@ -14,6 +14,8 @@ import asyncio
 import logging
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas.codec import encode, encode_batch
 from schemas.events import Event
@@ -23,6 +25,10 @@ log = logging.getLogger("turnstream.relay")
 
 class RelayOverflow(RuntimeError):
     """More frames are queued than the relay may hold (Redis down for too long)."""
+
+
+class RelayFailed(RuntimeError):
+    """Redis refused a batch for good (not an outage)."""
 
 
 class RelayPublisher:
@@ -70,11 +76,17 @@ class RelayPublisher:
                         for channel, payloads in _by_channel(batch).items():
                             pipe.publish(channel, encode_batch(payloads))
                         await pipe.execute()
-                except Exception:  # Redis down (or a bug): keep the frames, retry
+                except (RedisConnectionError, RedisTimeoutError):  # Redis away: keep, retry
                     log.warning("relay publish failed; retrying in %.2fs", backoff, exc_info=True)
                     self._pending[:0] = batch
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
+                    continue
+                except Exception as err:  # a permanent error: retrying would loop forever
+                    log.exception("relay dropped %d frames", len(batch))
+                    for _, _, confirmed in batch:
+                        if confirmed is not None and not confirmed.done():
+                            confirmed.set_exception(RelayFailed(repr(err)))
                     continue
                 backoff = 0.05
                 self.frames_sent += len(batch)
