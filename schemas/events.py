@@ -105,19 +105,21 @@ class TurnCancelled(Event, tag="turn.cancelled"):
 
 class TokenChunk(Event, tag="token.chunk"):
     """Relay frame: a piece of the answer, in order (`seq` counts chunks from 0 within one
-    worker's attempt; `worker_id` tells attempts apart after a failover)."""
+    attempt; `attempt` tells a redelivered turn's new answer from the old one)."""
 
     seq: int
     text: str
     emitted_at_ms: float
-    worker_id: str = ""
+    attempt: str = ""
 
 
 class TurnStarted(Event, tag="turn.started"):
-    """Relay frame: a worker picked the turn up (the client sees it leave the queue)."""
+    """Relay frame: a worker picked the turn up (the client sees it leave the queue).
+    `attempt` is new every time a turn starts generating (short: it rides on every chunk)."""
 
     worker_id: str
     model: str
+    attempt: str = ""
 
 
 class TurnCompleted(Event, tag="turn.completed"):

@@ -106,7 +106,7 @@ class _Route:
     client_turn_id: str | None = None
     accepted: bool = False
     held: list[AnyEvent] = field(default_factory=list)
-    worker_id: str | None = None  # the worker answering now
+    attempt: str | None = None  # the answer being streamed now
     last_seq: int = -1
 
 
@@ -234,12 +234,12 @@ class Session:
             return []
         match event:
             case TurnStarted():
-                actions = self._new_attempt(route, event.turn_id, event.worker_id)
+                actions = self._new_attempt(route, event.turn_id, event.attempt)
                 return [*actions, Send(ResponseStarted(event.turn_id, event.model))]
             case TokenChunk():
                 actions = []
-                if event.worker_id != route.worker_id:  # its turn.started was lost
-                    actions = self._new_attempt(route, event.turn_id, event.worker_id)
+                if event.attempt != route.attempt:  # its turn.started was lost
+                    actions = self._new_attempt(route, event.turn_id, event.attempt)
                 if event.seq <= route.last_seq:
                     return actions  # a relay retry delivered it twice
                 route.last_seq = event.seq
@@ -262,14 +262,14 @@ class Session:
         return []
 
     @staticmethod
-    def _new_attempt(route: _Route, turn_id: str, worker_id: str) -> list[Action]:
+    def _new_attempt(route: _Route, turn_id: str, attempt: str) -> list[Action]:
         """A worker starts (or restarts) the answer. A second attempt means the first
         worker died mid-answer and Kafka redelivered the turn: the client must drop what
         it showed, and the new attempt's chunks count from seq 0 again."""
         actions: list[Action] = []
-        if route.worker_id is not None and route.worker_id != worker_id:
+        if route.attempt is not None and route.attempt != attempt:
             actions.append(Send(ResponseRestarted(turn_id, "worker_failover")))
-        route.worker_id = worker_id
+        route.attempt = attempt
         route.last_seq = -1
         return actions
 

@@ -170,17 +170,15 @@ def _submit(session: Session, text: str = "hello") -> str:
 def test_frames_racing_ahead_of_the_ack_are_held_in_order():
     session = authed()
     turn_id = _submit(session)
-    assert session.relay(TurnStarted(turn_id=turn_id, worker_id="w", model="m")) == []
+    assert session.relay(TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a")) == []
     assert (
-        session.relay(
-            TokenChunk(turn_id=turn_id, seq=0, text="Hel", emitted_at_ms=1, worker_id="w")
-        )
+        session.relay(TokenChunk(turn_id=turn_id, seq=0, text="Hel", emitted_at_ms=1, attempt="a"))
         == []
     )
     actions = session.submit_succeeded(turn_id)
     assert [type(a.event) for a in actions] == [TurnAccepted, ResponseStarted, ResponseDelta]
     [delta] = session.relay(
-        TokenChunk(turn_id=turn_id, seq=1, text="lo", emitted_at_ms=2, worker_id="w")
+        TokenChunk(turn_id=turn_id, seq=1, text="lo", emitted_at_ms=2, attempt="a")
     )
     assert delta.event == ResponseDelta(turn_id, 1, "lo")
 
@@ -263,9 +261,11 @@ def test_a_redelivered_turn_tells_the_client_to_start_over():
     session = authed()
     turn_id = _submit(session)
     session.submit_succeeded(turn_id)
-    session.relay(TurnStarted(turn_id=turn_id, worker_id="w1", model="m"))
-    session.relay(TokenChunk(turn_id=turn_id, seq=0, text="Hal", emitted_at_ms=1, worker_id="w1"))
-    restarted, started = session.relay(TurnStarted(turn_id=turn_id, worker_id="w2", model="m"))
+    session.relay(TurnStarted(turn_id=turn_id, worker_id="w1", model="m", attempt="a1"))
+    session.relay(TokenChunk(turn_id=turn_id, seq=0, text="Hal", emitted_at_ms=1, attempt="a1"))
+    restarted, started = session.relay(
+        TurnStarted(turn_id=turn_id, worker_id="w2", model="m", attempt="a2")
+    )
     assert restarted.event == ResponseRestarted(turn_id, "worker_failover")
     assert isinstance(started.event, ResponseStarted)
 
@@ -316,13 +316,11 @@ def test_a_failover_is_noticed_even_when_the_new_start_frame_was_lost():
     session = authed()
     turn_id = _submit(session)
     session.submit_succeeded(turn_id)
-    session.relay(TurnStarted(turn_id=turn_id, worker_id="w1", model="m"))
+    session.relay(TurnStarted(turn_id=turn_id, worker_id="w1", model="m", attempt="a1"))
     for seq in range(3):
-        session.relay(
-            TokenChunk(turn_id=turn_id, seq=seq, text="x", emitted_at_ms=1, worker_id="w1")
-        )
+        session.relay(TokenChunk(turn_id=turn_id, seq=seq, text="x", emitted_at_ms=1, attempt="a1"))
     restarted, delta = session.relay(
-        TokenChunk(turn_id=turn_id, seq=0, text="Fresh", emitted_at_ms=2, worker_id="w2")
+        TokenChunk(turn_id=turn_id, seq=0, text="Fresh", emitted_at_ms=2, attempt="a2")
     )
     assert isinstance(restarted.event, ResponseRestarted)
     assert delta.event == ResponseDelta(turn_id, 0, "Fresh")

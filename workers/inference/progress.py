@@ -5,6 +5,7 @@ Kept apart from the service so timings, usage and finish logic are tested withou
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 
 from schemas.events import ErrorInfo, FinishReason, Timings, TurnCompleted, TurnSubmitted, Usage
@@ -14,6 +15,7 @@ from workers.inference.engine import GenerationDelta
 @dataclass(slots=True)
 class TurnProgress:
     turn: TurnSubmitted
+    attempt: str = field(default_factory=lambda: secrets.token_hex(4))
     started_at_ms: float | None = None
     first_token_at_ms: float | None = None
     last_token_at_ms: float | None = None

@@ -161,6 +161,7 @@ class InferenceService:
                     turn_id=turn.turn_id,
                     worker_id=self.config.worker_id,
                     model=self.engine.model_name,
+                    attempt=progress.attempt,
                 ),
             )
             generation = asyncio.create_task(self._generate(request, progress, channel))
@@ -221,7 +222,7 @@ class InferenceService:
                         seq=progress.chunks - 1,
                         text=delta.text,
                         emitted_at_ms=now,
-                        worker_id=self.config.worker_id,
+                        attempt=progress.attempt,
                     ),
                 )
 
