@@ -88,6 +88,13 @@ class Settings:
         64,
         "Turns one worker generates at once; beyond it the worker stops fetching (backpressure).",
     )
+    max_queued_per_conversation: int = _var(
+        "TURNSTREAM_MAX_QUEUED_PER_CONVERSATION",
+        8,
+        "Turns of one conversation a worker holds at once (running + waiting); more are "
+        "answered `conversation_busy` (retryable), so one flooded conversation cannot take "
+        "all of a worker's slots.",
+    )
     history_max_messages: int = _var(
         "TURNSTREAM_HISTORY_MAX_MESSAGES", 20, "Messages of history kept per conversation."
     )

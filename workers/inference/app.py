@@ -85,6 +85,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
             worker_id=worker_id,
             completed_topic=TURNS_COMPLETED.full_name(settings.namespace),
             system_prompt=settings.system_prompt,
+            max_queued_per_conversation=settings.max_queued_per_conversation,
         ),
         clock_ms=now_ms,
     )

@@ -54,6 +54,7 @@ class ServiceConfig:
     worker_id: str
     completed_topic: str
     system_prompt: str
+    max_queued_per_conversation: int = 8
 
 
 class InferenceService:
@@ -134,6 +135,10 @@ class InferenceService:
 
     # ---- one turn ------------------------------------------------------------------------
     async def run_turn(self, turn: TurnSubmitted) -> None:
+        held = self._lock_users.get(turn.conversation_id, 0)
+        if held >= self.config.max_queued_per_conversation:
+            await self._refuse_busy(turn, held)
+            return
         async with self._conversation(turn.conversation_id):
             # One round trip for everything the turn needs to know before it starts.
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -286,6 +291,13 @@ class InferenceService:
                 log.warning("%s failed (%r); retrying in %.1fs", what, err, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    async def _refuse_busy(self, turn: TurnSubmitted, held: int) -> None:
+        """Answer at once (retryable error) instead of queueing behind `held` turns of the
+        same conversation: a flood of one conversation must not hold every consumer slot."""
+        message = f"{held} turns of this conversation are already queued; retry later"
+        error = ErrorInfo("conversation_busy", message, retryable=True)
+        await self._finish(TurnProgress(turn), FinishReason.ERROR, error)
 
     async def fail_turn(self, event: AnyEvent, reason: str) -> None:
         """Last resort when handling a turn failed unexpectedly: the client still gets a
