@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ import uvloop
 
 from bench.stats import Comparison, compare, percentile
 from infra.kafka.topics import ensure_topics
-from infra.stack import REPO, Child
+from infra.stack import REPO, Child, free_port
 from schemas.events import DecodingParams, Message, Role
 from schemas.settings import Settings
 from workers.inference.app import build_engine
@@ -63,10 +62,25 @@ class Samples:
     wall_s: float = 0.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class _StreamClock:
+    """Times one answer's text chunks: the first as TTFT (from the request), the rest as
+    inter-token gaps. Both sides of the comparison measure through this one piece."""
+
+    def __init__(self, samples: Samples) -> None:
+        self._samples = samples
+        self._start = self._last = time.perf_counter()
+        self._first = True
+
+    def since_start_ms(self) -> float:
+        return (time.perf_counter() - self._start) * 1000
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self._first:
+            self._samples.ttft_ms.append((now - self._start) * 1000)
+        else:
+            self._samples.itl_ms.append((now - self._last) * 1000)
+        self._first, self._last = False, now
 
 
 async def run_direct(
@@ -84,16 +98,10 @@ async def run_direct(
         await asyncio.sleep(random.uniform(0, stagger_s))
         for _ in range(rounds):
             request = GenerationRequest(uuid.uuid4().hex, [Message(Role.USER, text)], decoding)
-            start = last = time.perf_counter()
-            first = True
+            clock = _StreamClock(samples)
             async for delta in engine.stream(request):
-                now = time.perf_counter()
-                if not delta.text:
-                    continue
-                (samples.ttft_ms if first else samples.itl_ms).append(
-                    (now - (start if first else last)) * 1000
-                )
-                first, last = False, now
+                if delta.text:
+                    clock.tick()
             samples.turns += 1
 
     started = time.perf_counter()
@@ -117,22 +125,17 @@ async def run_pipeline(
     async def conversation(client: EdgeClient) -> None:
         await asyncio.sleep(random.uniform(0, stagger_s))
         for _ in range(rounds):
-            start = last = time.perf_counter()
+            clock = _StreamClock(samples)
             turn_id = await client.start_turn(
                 f"bench-{uuid.uuid4().hex[:12]}",
                 text,
                 max_tokens=decoding.max_tokens,
                 temperature=decoding.temperature,
             )
-            samples.accept_ms.append((time.perf_counter() - start) * 1000)
-            first = True
+            samples.accept_ms.append(clock.since_start_ms())
             async for event in client.events(turn_id, wait_s=600):
-                now = time.perf_counter()
                 if isinstance(event, ResponseDelta):
-                    (samples.ttft_ms if first else samples.itl_ms).append(
-                        (now - (start if first else last)) * 1000
-                    )
-                    first, last = False, now
+                    clock.tick()
                 elif isinstance(event, ResponseDone):
                     samples.turns += 1
                     samples.queue_ms.append(event.timings.queue_ms)

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +27,13 @@ from ws_edge.chat import chat
 
 REPO = Path(__file__).resolve().parent.parent
 SPINNER = "|/-\\"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now (for extra edges in tests, benches)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class StackError(RuntimeError):

@@ -30,7 +30,6 @@ class RelaySubscriber:
         self._done_key = done_key
         self._routes: dict[str, Deliver] = {}
         self.subscribed = asyncio.Event()
-        self.unrouted = 0
 
     def route(self, turn_id: str, deliver: Deliver) -> None:
         self._routes[turn_id] = deliver
@@ -91,8 +90,7 @@ class RelaySubscriber:
         for event in events:
             deliver = self._routes.get(event.turn_id)
             if deliver is None:
-                self.unrouted += 1  # the client left; the worker still records the answer
-                continue
+                continue  # the client left; the worker still records the answer
             try:
                 deliver(event)
             except Exception:  # one connection's bug must not stop the edge's relay

@@ -69,7 +69,6 @@ class EdgeServer:
             max_turn_chars=settings.max_turn_chars,
             max_open_turns=settings.max_turns_in_flight_per_session,
         )
-        self.connections: set[_Connection] = set()
         self._server: Server | None = None
         self._relay_task: asyncio.Task[None] | None = None
 
@@ -105,12 +104,7 @@ class EdgeServer:
         await self.redis.aclose()
 
     async def _handle(self, websocket: ServerConnection) -> None:
-        connection = _Connection(self, websocket)
-        self.connections.add(connection)
-        try:
-            await connection.run()
-        finally:
-            self.connections.discard(connection)
+        await _Connection(self, websocket).run()
 
 
 def _submit_error(exc: Exception) -> EdgeError:

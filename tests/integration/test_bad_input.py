@@ -15,16 +15,13 @@ from schemas.codec import decode_batch, encode
 from schemas.events import FinishReason, TurnCompleted, TurnSubmitted
 from schemas.ids import now_ms
 from schemas.settings import Settings
+from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import find_record
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ErrorEvent, ResponseDone, SessionReady
 from ws_edge.server import EdgeServer
 
 pytestmark = pytest.mark.integration
-
-
-def conv() -> str:
-    return f"c-{uuid.uuid4().hex[:10]}"
 
 
 async def test_malformed_frames_get_errors_and_the_connection_keeps_working(fake_pipeline):

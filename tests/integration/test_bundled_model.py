@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,18 +12,12 @@ import pytest
 
 from infra.kafka.topics import ensure_topics
 from infra.models.smollm2 import default_model_dir
-from infra.stack import REPO, Child
+from infra.stack import REPO, Child, free_port
 from schemas.settings import Settings
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_bundled_smollm2_answers_through_the_real_processes(services, session_namespace):

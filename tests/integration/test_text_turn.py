@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
 from schemas.codec import decode
 from schemas.events import FinishReason, Role, TurnCompleted
 from tests.integration.conftest import FAIL_TRIGGER
+from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import find_record
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
 
 pytestmark = pytest.mark.integration
-
-
-def conv() -> str:
-    return f"c-{uuid.uuid4().hex[:10]}"
 
 
 async def test_answer_streams_as_deltas_then_done_with_usage_and_timings(fake_pipeline):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from schemas.events import FinishReason, Timings, TurnCompleted, TurnSubmitted, Usage
@@ -33,3 +34,8 @@ def completed(turn_id: str = "t", **fields: Any) -> TurnCompleted:
         "completed_at_ms": 1.0,
     }
     return TurnCompleted(turn_id=turn_id, **{**values, **fields})
+
+
+def new_conversation_id() -> str:
+    """A conversation nobody has used (tests share one namespace per session)."""
+    return f"c-{uuid.uuid4().hex[:10]}"

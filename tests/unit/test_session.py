@@ -30,13 +30,13 @@ from ws_edge.session import (
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 
 
-def make_session(**limits) -> Session:
+def make_session(clock_ms=lambda: 1000.0, **limits) -> Session:
     return Session(
         session_id="s1",
         edge_id="edge-1",
         auth_secret=SECRET,
         limits=SessionLimits(**limits),
-        clock_ms=lambda: 1000.0,
+        clock_ms=clock_ms,
     )
 
 
@@ -272,13 +272,7 @@ def test_a_redelivered_turn_tells_the_client_to_start_over():
 
 def test_an_expired_token_ends_the_session_until_a_new_one_comes():
     now = [1000.0]
-    session = Session(
-        session_id="s1",
-        edge_id="edge-1",
-        auth_secret=SECRET,
-        limits=SessionLimits(),
-        clock_ms=lambda: now[0] * 1000,
-    )
+    session = make_session(clock_ms=lambda: now[0] * 1000)
     session.open(mint_token(SECRET, "alice", ttl_s=3600))  # exp ≈ real time + 1 h
     now[0] = session.principal.expires_at_s + 1
     err = only_error(session.receive(frame(type="turn.create", conversation_id="c", text="x")))
@@ -328,13 +322,7 @@ def test_a_failover_is_noticed_even_when_the_new_start_frame_was_lost():
 
 def test_a_renewed_token_must_name_the_same_user():
     now = [0.0]
-    session = Session(
-        session_id="s1",
-        edge_id="edge-1",
-        auth_secret=SECRET,
-        limits=SessionLimits(),
-        clock_ms=lambda: now[0],
-    )
+    session = make_session(clock_ms=lambda: now[0])
     session.open(mint_token(SECRET, "alice", "acme"))
     now[0] = (session.principal.expires_at_s + 1) * 1000
     err = only_error(session.receive(frame(type="turn.create", conversation_id="c", text="x")))

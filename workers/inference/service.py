@@ -82,7 +82,6 @@ class InferenceService:
         self._cancel_requested: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._lock_users: dict[str, int] = {}
-        self.turns_completed = 0
 
     # ---- entry points --------------------------------------------------------------------
     async def handle(self, event: AnyEvent) -> None:
@@ -248,7 +247,6 @@ class InferenceService:
         # durable in Kafka and the history, so its next turn sees this one.
         await self._record(completed, turn)
         await self.relay.publish_confirmed(self.names.edge_channel(turn.edge_id), completed)
-        self.turns_completed += 1
 
     async def _record(self, completed: TurnCompleted, turn: TurnSubmitted) -> None:
         """Kafka `turns.completed`, then history + outcome in one conditional Redis step, so

@@ -39,8 +39,6 @@ class RelayPublisher:
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self.frames_sent = 0
-        self.batches_sent = 0
 
     def publish(self, channel: str, event: Event) -> None:
         """Queue a frame (token chunks: losing one to a crash is repaired by redelivery)."""
@@ -89,8 +87,6 @@ class RelayPublisher:
                             confirmed.set_exception(RelayFailed(repr(err)))
                     continue
                 backoff = 0.05
-                self.frames_sent += len(batch)
-                self.batches_sent += 1
                 for _, _, confirmed in batch:
                     if confirmed is not None and not confirmed.done():
                         confirmed.set_result(None)
