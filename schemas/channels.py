@@ -36,6 +36,10 @@ class RedisNames:
         """Set when a turn reached its terminal state: a redelivery is not answered twice."""
         return f"{self.prefix}:turn:{turn_id}:done"
 
+    def blob_key(self, key: str) -> str:
+        """A media blob (upload or pixel tensor), content-addressed, with a TTL."""
+        return f"{self.prefix}:blob:{key}"
+
     def history_key(self, tenant_id: str, conversation_id: str) -> str:
         """List of the conversation's messages (JSON), newest last, capped. Keyed by tenant
         too (tenant ids hold no ':'), so tenants never share a conversation namespace."""

@@ -71,6 +71,45 @@ class Timings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     itl_ms: list[float] = []
 
 
+class MediaKind(enum.StrEnum):
+    IMAGE = "image"
+    AUDIO = "audio"
+
+
+class MediaRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A piece of media a turn carries, by reference: large bytes never ride in Kafka.
+
+    Inline uploads are stored by the edge in the blob store under their `sha256`; an image
+    may instead name an https `url` the preprocessor fetches (with SSRF limits). Raw
+    microphone audio is `format="pcm16"` with its `sample_rate`; anything else is sniffed.
+    """
+
+    kind: MediaKind
+    sha256: str = ""
+    url: str = ""
+    size_bytes: int = 0
+    format: str = ""
+    sample_rate: int = 0
+
+
+class TranscriptSegment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One stretch of recognised speech, timed on the uploaded clip's own timeline."""
+
+    start_s: float
+    end_s: float
+    text: str
+
+
+class ImageInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An image ready for the engine: its pixel tensor is stored under `tensor_key`."""
+
+    sha256: str  # of the original bytes (the encoder cache key)
+    tensor_key: str
+    width: int
+    height: int
+    num_patches: int
+
+
 WIRE_VERSION = 1
 
 
@@ -94,6 +133,27 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     submitted_at_ms: float  # wall clock at acceptance, epoch milliseconds
     decoding: DecodingParams = DecodingParams()
     client: str = ""
+    media: list[MediaRef] = []
+
+
+class TurnEnriched(Event, tag="turn.enriched"):
+    """A turn after preprocessing (Kafka `turns.enriched`, keyed by conversation): the query
+    as the model reads it (typed text and/or the transcript of its audio) and its images.
+    `preprocess_ms` is the time spent here, for the per-hop latency budget."""
+
+    submitted: TurnSubmitted
+    text: str
+    images: list[ImageInput] = []
+    transcript: list[TranscriptSegment] = []
+    preprocess_ms: float = 0.0
+
+
+class InputTranscribed(Event, tag="input.transcribed"):
+    """Relay frame: what the user's audio was heard as, before the answer starts."""
+
+    text: str
+    segments: list[TranscriptSegment]
+    audio_s: float
 
 
 class TurnCancelled(Event, tag="turn.cancelled"):
@@ -138,4 +198,12 @@ class TurnCompleted(Event, tag="turn.completed"):
     error: ErrorInfo | None = None
 
 
-AnyEvent = TurnSubmitted | TurnCancelled | TokenChunk | TurnStarted | TurnCompleted
+AnyEvent = (
+    TurnSubmitted
+    | TurnEnriched
+    | InputTranscribed
+    | TurnCancelled
+    | TokenChunk
+    | TurnStarted
+    | TurnCompleted
+)

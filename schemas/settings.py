@@ -57,8 +57,23 @@ class Settings:
     )
     max_frame_bytes: int = _var(
         "TURNSTREAM_MAX_FRAME_BYTES",
-        1024 * 1024,
-        "Hard WebSocket frame limit; larger frames close the connection (1009).",
+        16 * 1024 * 1024,
+        "Hard WebSocket frame limit; larger frames close the connection (1009). Only "
+        "`turn.create` and `audio.append` may exceed TURNSTREAM_MAX_MESSAGE_BYTES (media).",
+    )
+    max_media_bytes: int = _var(
+        "TURNSTREAM_MAX_MEDIA_BYTES",
+        10 * 1024 * 1024,
+        "Media bytes one turn may carry (all parts, after base64 decoding).",
+    )
+    max_images_per_turn: int = _var("TURNSTREAM_MAX_IMAGES_PER_TURN", 4, "Images in one turn.")
+    max_audio_buffer_bytes: int = _var(
+        "TURNSTREAM_MAX_AUDIO_BUFFER_BYTES",
+        4 * 1024 * 1024,
+        "Audio one `audio.append` stream may buffer (about 2 min of 16 kHz PCM16).",
+    )
+    media_ttl_s: int = _var(
+        "TURNSTREAM_MEDIA_TTL_S", 3600, "How long uploaded media stay in the blob store."
     )
     max_turn_chars: int = _var(
         "TURNSTREAM_MAX_TURN_CHARS", 8000, "Longest text of one user turn, in characters."

@@ -33,6 +33,13 @@ TURNS_SUBMITTED = TopicSpec(
     retention_ms=7 * DAY_MS,
     doc="User turns accepted by an edge; keyed by conversation so a conversation stays ordered.",
 )
+TURNS_ENRICHED = TopicSpec(
+    name="turns.enriched",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=7 * DAY_MS,
+    doc="Turns after preprocessing (transcripts, image tensors by reference), for inference.",
+)
 TURNS_COMPLETED = TopicSpec(
     name="turns.completed",
     partitions=8,
@@ -48,4 +55,4 @@ DEAD_LETTERS = TopicSpec(
     doc="Messages a consumer could not decode or handle, with the reason in headers; replayable.",
 )
 
-REGISTRY: tuple[TopicSpec, ...] = (TURNS_SUBMITTED, TURNS_COMPLETED, DEAD_LETTERS)
+REGISTRY: tuple[TopicSpec, ...] = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_COMPLETED, DEAD_LETTERS)

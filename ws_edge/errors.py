@@ -5,7 +5,8 @@ EdgeError
 │   ├── MalformedMessage    not JSON / not an object            code: malformed_json
 │   ├── UnknownMessageType  a `type` the protocol does not have  code: unknown_type
 │   ├── InvalidMessage      wrong fields or values               code: invalid_message
-│   └── MessageTooLarge     over TURNSTREAM_MAX_MESSAGE_BYTES    code: message_too_large
+│   ├── MessageTooLarge     over TURNSTREAM_MAX_MESSAGE_BYTES    code: message_too_large
+│   └── MediaTooLarge       media over the per-turn / buffer limits  code: media_too_large
 ├── AuthError               code: unauthenticated | token_invalid | token_expired
 ├── ForbiddenConversation   the conversation belongs to someone else  code: forbidden_conversation
 ├── TooManyTurns            per-session open-turn limit             code: too_many_turns (retryable)
@@ -52,6 +53,10 @@ class InvalidMessage(ProtocolError):
 
 class MessageTooLarge(ProtocolError):
     code = "message_too_large"
+
+
+class MediaTooLarge(ProtocolError):
+    code = "media_too_large"
 
 
 class AuthError(EdgeError):

@@ -1,18 +1,23 @@
 """The client protocol's messages (WebSocket JSON text frames), both directions.
 
-Client → edge: `session.authenticate`, `turn.create`, `turn.cancel`, `ping`.
-Edge → client: `session.ready`, `turn.accepted`, `response.started`, `response.delta`,
-`response.restarted`, `response.done`, `error`, `pong`. Unknown fields are rejected so typos
-surface at once.
+Client → edge: `session.authenticate`, `turn.create`, `turn.cancel`, `audio.append`,
+`audio.clear`, `ping`.
+Edge → client: `session.ready`, `turn.accepted`, `input.transcript`, `response.started`,
+`response.delta`, `response.restarted`, `response.done`, `error`, `pong`. Unknown fields are
+rejected so typos surface at once.
+
+Media: a `turn.create` carries `parts` (text, images inline as base64 or by https URL, audio
+inline or from a stream the client filled with `audio.append`). Binary data travels base64
+encoded inside JSON text frames.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
-from schemas.events import ErrorInfo, FinishReason, Timings, Usage
+from schemas.events import ErrorInfo, FinishReason, Timings, TranscriptSegment, Usage
 
 PROTOCOL_VERSION = 1
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
@@ -29,11 +34,46 @@ class Authenticate(ClientMessage, tag="session.authenticate"):
     token: str
 
 
+class TextPart(
+    msgspec.Struct, frozen=True, tag_field="type", tag="text", forbid_unknown_fields=True
+):
+    text: Text
+
+
+class ImagePart(
+    msgspec.Struct, frozen=True, tag_field="type", tag="image", forbid_unknown_fields=True
+):
+    """An image: `data` (base64 of a PNG, JPEG, WebP or GIF file) or an https `url`."""
+
+    data: str | None = None
+    url: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
+
+
+class AudioPart(
+    msgspec.Struct, frozen=True, tag_field="type", tag="audio", forbid_unknown_fields=True
+):
+    """Audio: `data` (base64 of a recorded clip: WAV, WebM/Opus, Ogg, MP3, M4A, FLAC; or
+    raw PCM16 with `format: "pcm16"` and `sample_rate`), or the `stream_id` of audio sent
+    before with `audio.append` (raw PCM16, 16 kHz unless `sample_rate` says otherwise; or
+    `format: "auto"` for the pieces of a recorded file, e.g. MediaRecorder's WebM chunks).
+    `format` defaults to "auto" for `data` and "pcm16" for a stream."""
+
+    data: str | None = None
+    stream_id: Id | None = None
+    format: Literal["auto", "pcm16"] | None = None
+    sample_rate: Annotated[int, msgspec.Meta(ge=8000, le=48000)] | None = None
+
+
+Part = TextPart | ImagePart | AudioPart
+
+
 class CreateTurn(ClientMessage, tag="turn.create"):
-    """Ask for an answer. `client_turn_id` makes a retry idempotent (same turn, answered once)."""
+    """Ask for an answer. `client_turn_id` makes a retry idempotent (same turn, answered once).
+    A turn needs `text`, `parts`, or both (`text` then comes first)."""
 
     conversation_id: Id
-    text: Text
+    text: str = ""
+    parts: list[Part] = []
     client_turn_id: Id | None = None
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
@@ -43,11 +83,24 @@ class CancelTurn(ClientMessage, tag="turn.cancel"):
     turn_id: Id
 
 
+class AppendAudio(ClientMessage, tag="audio.append"):
+    """Microphone audio (base64), appended to the session's buffer `stream_id`; a
+    `turn.create` with an audio part naming the stream takes the buffer."""
+
+    stream_id: Id
+    data: str
+
+
+class ClearAudio(ClientMessage, tag="audio.clear"):
+    stream_id: Id
+
+
 class Ping(ClientMessage, tag="ping"):
     id: Id | None = None
 
 
-AnyClientMessage = Authenticate | CreateTurn | CancelTurn | Ping
+AnyClientMessage = Authenticate | CreateTurn | CancelTurn | AppendAudio | ClearAudio | Ping
+MEDIA_TYPES = frozenset({"turn.create", "audio.append"})  # may exceed the small-message limit
 CLIENT_TYPES = frozenset(t.__struct_config__.tag for t in AnyClientMessage.__args__)  # type: ignore[attr-defined]
 
 
@@ -67,6 +120,15 @@ class TurnAccepted(ServerEvent, tag="turn.accepted"):
     turn_id: str
     conversation_id: str
     client_turn_id: str | None = None
+
+
+class InputTranscript(ServerEvent, tag="input.transcript"):
+    """What the turn's audio was heard as (before the answer starts)."""
+
+    turn_id: str
+    text: str
+    segments: list[TranscriptSegment]
+    audio_s: float
 
 
 class ResponseStarted(ServerEvent, tag="response.started"):
@@ -113,6 +175,7 @@ class Pong(ServerEvent, tag="pong"):
 AnyServerEvent = (
     SessionReady
     | TurnAccepted
+    | InputTranscript
     | ResponseStarted
     | ResponseRestarted
     | ResponseDelta

@@ -20,6 +20,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from producers.turn_publisher import PublishFailed, TurnPublisher
+from schemas.blobs import RedisBlobStore
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import encode
 from schemas.events import AnyEvent, TurnCancelled, TurnCompleted
@@ -28,6 +29,7 @@ from schemas.settings import Settings
 from schemas.topics import TURNS_SUBMITTED
 from ws_edge.conversations import ConversationClaims
 from ws_edge.errors import BrokerUnavailable, EdgeError, ForbiddenConversation, StoreUnavailable
+from ws_edge.media import MediaLimits
 from ws_edge.messages import encode_server
 from ws_edge.outbox import Outbox, OutboxOverflow
 from ws_edge.relay import RelaySubscriber
@@ -66,9 +68,16 @@ class EdgeServer:
         self.claims = ConversationClaims(self.redis, self.names, settings.history_ttl_s)
         self.limits = SessionLimits(
             max_message_bytes=settings.max_message_bytes,
-            max_turn_chars=settings.max_turn_chars,
             max_open_turns=settings.max_turns_in_flight_per_session,
+            media=MediaLimits(
+                max_media_bytes=settings.max_media_bytes,
+                max_images=settings.max_images_per_turn,
+                max_audio_buffer_bytes=settings.max_audio_buffer_bytes,
+                max_text_chars=settings.max_turn_chars,
+            ),
+            max_media_message_bytes=settings.max_frame_bytes,
         )
+        self.blobs = RedisBlobStore(self.redis, self.names)
         self._server: Server | None = None
         self._relay_task: asyncio.Task[None] | None = None
 
@@ -197,6 +206,9 @@ class _Connection:
                 raise ForbiddenConversation(
                     f"conversation {turn.conversation_id!r} belongs to another user"
                 )
+            ttl_s = self.edge.settings.media_ttl_s
+            for upload in action.uploads:  # stored before the turn exists for any worker
+                await self.edge.blobs.put(upload.key, upload.data, ttl_s=ttl_s)
             await self.edge.publisher.publish(turn)
         except Exception as exc:
             self.edge.relay.unroute(turn.turn_id, self._on_relay)

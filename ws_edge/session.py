@@ -23,6 +23,7 @@ import msgspec
 from schemas.events import (
     AnyEvent,
     DecodingParams,
+    InputTranscribed,
     TokenChunk,
     TurnCompleted,
     TurnStarted,
@@ -39,13 +40,18 @@ from ws_edge.errors import (
     UnknownMessageType,
     UnknownTurn,
 )
+from ws_edge.media import AudioBuffers, MediaLimits, Upload, turn_content
 from ws_edge.messages import (
     CLIENT_TYPES,
+    MEDIA_TYPES,
     AnyClientMessage,
+    AppendAudio,
     Authenticate,
     CancelTurn,
+    ClearAudio,
     CreateTurn,
     ErrorEvent,
+    InputTranscript,
     Ping,
     Pong,
     ResponseDelta,
@@ -71,10 +77,12 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class SubmitTurn:
-    """Claim the conversation for the principal, publish the turn, report back."""
+    """Store the turn's media, claim the conversation for the principal, publish the turn,
+    report back."""
 
     turn: TurnSubmitted
     owner: str
+    uploads: tuple[Upload, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +103,10 @@ Action = Send | SubmitTurn | RequestCancel | Close
 @dataclass(frozen=True, slots=True)
 class SessionLimits:
     max_message_bytes: int = 32 * 1024
-    max_turn_chars: int = 8000
     max_open_turns: int = 8
     default_max_tokens: int = 256
+    media: MediaLimits = field(default_factory=MediaLimits)
+    max_media_message_bytes: int = 16 * 1024 * 1024  # turn.create / audio.append frames
 
 
 @dataclass(slots=True)
@@ -165,6 +174,7 @@ class Session:
         # receives a conversation's turns in the order the client sent them.
         self._publishing: dict[str, str] = {}
         self._waiting: dict[str, deque[SubmitTurn]] = {}
+        self._audio = AudioBuffers(limits.media)
 
     # ---- inputs ------------------------------------------------------------------------------
     def open(self, token: str | None) -> list[Action]:
@@ -233,6 +243,10 @@ class Session:
             route.held.append(event)
             return []
         match event:
+            case InputTranscribed():
+                return [
+                    Send(InputTranscript(event.turn_id, event.text, event.segments, event.audio_s))
+                ]
             case TurnStarted():
                 actions = self._new_attempt(route, event.turn_id, event.attempt)
                 return [*actions, Send(ResponseStarted(event.turn_id, event.model))]
@@ -287,9 +301,9 @@ class Session:
         if isinstance(frame, bytes):
             raise InvalidMessage("binary frames are not part of protocol v1; send JSON text")
         size = len(frame.encode())
-        if size > self._limits.max_message_bytes:
+        if size > self._limits.max_media_message_bytes:
             raise MessageTooLarge(
-                f"message is {size} bytes; the limit is {self._limits.max_message_bytes}"
+                f"message is {size} bytes; the limit is {self._limits.max_media_message_bytes}"
             )
         try:
             envelope = _envelope_decoder.decode(frame)
@@ -300,6 +314,11 @@ class Session:
         if envelope.type not in CLIENT_TYPES:
             raise UnknownMessageType(
                 f"unknown message type {envelope.type!r}; expected one of {sorted(CLIENT_TYPES)}"
+            )
+        if size > self._limits.max_message_bytes and envelope.type not in MEDIA_TYPES:
+            raise MessageTooLarge(
+                f"{envelope.type} is {size} bytes; the limit is {self._limits.max_message_bytes}"
+                " (only messages with media may be larger)"
             )
         try:
             return client_decoder.decode(frame)
@@ -335,6 +354,12 @@ class Session:
             if route is None:
                 raise UnknownTurn(f"no open turn {message.turn_id!r} in this session")
             return [RequestCancel(message.turn_id, route.conversation_id)]
+        if isinstance(message, AppendAudio):
+            self._audio.append(message.stream_id, message.data)
+            return []
+        if isinstance(message, ClearAudio):
+            self._audio.clear(message.stream_id)
+            return []
         raise UnknownMessageType(f"unhandled message {type(message).__name__}")
 
     def _authenticate(self, token: str) -> list[Action]:
@@ -358,15 +383,12 @@ class Session:
         ]
 
     def _create_turn(self, principal: Principal, msg: CreateTurn) -> list[Action]:
-        if len(msg.text) > self._limits.max_turn_chars:
-            raise InvalidMessage(
-                f"text is {len(msg.text)} characters; the limit is {self._limits.max_turn_chars}"
-            )
         if len(self._routes) >= self._limits.max_open_turns:
             raise TooManyTurns(f"{len(self._routes)} turns already open; wait for one to finish")
         turn_id = turn_id_for(principal, msg.conversation_id, msg.client_turn_id)
         if turn_id in self._routes:
             raise InvalidMessage(f"turn {msg.client_turn_id!r} is already in flight")
+        content = turn_content(msg, self._audio, self._limits.media)
         defaults = DecodingParams(max_tokens=self._limits.default_max_tokens)
         decoding = DecodingParams(
             max_tokens=msg.max_tokens or defaults.max_tokens,
@@ -378,10 +400,11 @@ class Session:
             tenant_id=principal.tenant_id,
             user_id=principal.user_id,
             edge_id=self.edge_id,
-            text=msg.text,
+            text=content.text,
             submitted_at_ms=self._clock_ms(),
             decoding=decoding,
             client=self._client_info,
+            media=content.media,
         )
         self._routes[turn_id] = _Route(msg.conversation_id, msg.client_turn_id)
-        return self._queue_submit(SubmitTurn(turn, principal.owner))
+        return self._queue_submit(SubmitTurn(turn, principal.owner, tuple(content.uploads)))

@@ -7,6 +7,7 @@ from schemas.events import TokenChunk, TurnStarted
 from tests.support.factories import completed
 from ws_edge.auth import mint_token
 from ws_edge.errors import BrokerUnavailable
+from ws_edge.media import MediaLimits
 from ws_edge.messages import (
     ErrorEvent,
     Pong,
@@ -30,12 +31,12 @@ from ws_edge.session import (
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 
 
-def make_session(clock_ms=lambda: 1000.0, **limits) -> Session:
+def make_session(clock_ms=lambda: 1000.0, max_turn_chars=8000, **limits) -> Session:
     return Session(
         session_id="s1",
         edge_id="edge-1",
         auth_secret=SECRET,
-        limits=SessionLimits(**limits),
+        limits=SessionLimits(media=MediaLimits(max_text_chars=max_turn_chars), **limits),
         clock_ms=clock_ms,
     )
 
@@ -146,9 +147,11 @@ def test_binary_frames_are_refused():
 
 
 def test_oversized_message_and_overlong_turn():
-    session = authed(max_message_bytes=100, max_turn_chars=10)
-    big = frame(type="turn.create", conversation_id="c", text="x" * 200)
+    session = authed(max_message_bytes=100, max_media_message_bytes=1000, max_turn_chars=10)
+    big = frame(type="turn.cancel", turn_id="x" * 60, pad="p" * 100)
     assert only_error(session.receive(big)).code == "message_too_large"
+    huge = frame(type="turn.create", conversation_id="c", text="x" * 2000)
+    assert only_error(session.receive(huge)).code == "message_too_large"
     long_text = frame(type="turn.create", conversation_id="c", text="y" * 11)
     assert "limit is 10" in only_error(session.receive(long_text)).message
 
