@@ -166,9 +166,11 @@ def start_pipeline(settings: Settings, engine: str, logs: Path) -> list[Child]:
     }
     worker = Child("inference worker", "workers.inference", logs / "bench-worker.log", env)
     worker.wait_ready(600)
+    preprocess = Child("preprocess", "workers.preprocess", logs / "bench-preprocess.log", env)
+    preprocess.wait_ready(120)
     edge = Child("edge", "ws_edge", logs / "bench-edge.log", env)
     edge.wait_ready(60)
-    return [edge, worker]
+    return [edge, preprocess, worker]
 
 
 def report(engine: str, results: dict[int, dict[str, Samples]]) -> list[Comparison]:

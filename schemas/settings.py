@@ -84,6 +84,29 @@ class Settings:
     max_turns_in_flight_per_session: int = _var(
         "TURNSTREAM_MAX_TURNS_IN_FLIGHT", 8, "Open turns one WebSocket session may have."
     )
+    # --- preprocessing worker ----------------------------------------------------------------
+    max_audio_s: float = _var(
+        "TURNSTREAM_MAX_AUDIO_S", 120.0, "Longest audio clip transcribed; longer is refused."
+    )
+    asr_threads: int = _var("TURNSTREAM_ASR_THREADS", 2, "CPU threads of the ASR model.")
+    image_size: int = _var(
+        "TURNSTREAM_IMAGE_SIZE", 336, "Side of the square the vision model reads (pixels)."
+    )
+    image_patch: int = _var("TURNSTREAM_IMAGE_PATCH", 14, "Vision model patch side (pixels).")
+    max_image_pixels: int = _var(
+        "TURNSTREAM_MAX_IMAGE_PIXELS",
+        25_000_000,
+        "Largest image decoded (width x height); checked from the header, before decoding.",
+    )
+    fetch_timeout_s: float = _var(
+        "TURNSTREAM_FETCH_TIMEOUT_S", 5.0, "Whole-fetch time limit of an image URL."
+    )
+    fetch_max_redirects: int = _var("TURNSTREAM_FETCH_MAX_REDIRECTS", 3, "Redirects followed.")
+    max_preprocess_inflight: int = _var(
+        "TURNSTREAM_MAX_PREPROCESS_INFLIGHT",
+        16,
+        "Turns one preprocessing worker handles at once (backpressure beyond).",
+    )
     # --- inference worker -------------------------------------------------------------------
     worker_id: str = _var("TURNSTREAM_WORKER_ID", "", "This worker's id (empty: random).")
     engine: str = _var("TURNSTREAM_ENGINE", "vllm", "Engine backend: vllm | fake.")

@@ -16,6 +16,7 @@ from schemas.topics import TURNS_SUBMITTED
 from tests.support.stack import Pipeline
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.fake_engine import FakeEngine
+from workers.preprocess.app import run_preprocessor
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseRestarted, ResponseStarted
@@ -50,7 +51,10 @@ async def test_a_turn_survives_its_worker_dying_mid_answer(services, session_nam
     settings = Settings.from_env(namespace=f"{session_namespace}-failover", edge_port=0)
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     survivor_engine = FakeEngine(token_interval_s=0.005)
-    async with run_worker(settings, survivor_engine) as survivor:
+    async with (
+        run_worker(settings, survivor_engine) as survivor,
+        run_preprocessor(settings),
+    ):
         victim_cm = run_worker(settings, FakeEngine(token_interval_s=0.05))
         victim = await victim_cm.__aenter__()
         victim_alive = True
@@ -105,7 +109,10 @@ async def test_a_rebalance_lets_in_flight_turns_finish_instead_of_answering_twic
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     newcomer_engine = FakeEngine(token_interval_s=0.005)
     conversations = conversations_on_every_partition()  # whichever move, one has a turn
-    async with run_worker(settings, FakeEngine(token_interval_s=0.03)) as first:
+    async with (
+        run_worker(settings, FakeEngine(token_interval_s=0.03)) as first,
+        run_preprocessor(settings),
+    ):
         edge = EdgeServer(settings)
         await edge.start()
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 
@@ -10,6 +9,7 @@ import uvloop
 
 from schemas.service_process import start_process
 from workers.inference.app import build_engine, run_worker
+from workers.runtime.running import serve_until_stopped
 
 log = logging.getLogger("turnstream.inference")
 
@@ -21,12 +21,7 @@ async def main() -> None:
     try:
         async with run_worker(settings, engine) as worker:
             print("inference worker ready", flush=True)
-            stopping = asyncio.create_task(stop.wait())
-            failing = asyncio.create_task(worker.failed.wait())
-            await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            failing.cancel()
-            log.info("stopping: draining in-flight turns")
+            await serve_until_stopped(worker, stop)
     finally:
         await engine.close()
     if worker.failed.is_set():

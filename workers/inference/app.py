@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 from schemas.channels import RedisNames, redis_client
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
-from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TURNS_SUBMITTED
+from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TURNS_ENRICHED
 from workers.inference.engine import Engine
 from workers.inference.history import ConversationHistory
 from workers.inference.service import InferenceService, ServiceConfig
 from workers.runtime.consumer import ConsumerLoop
 from workers.runtime.kafka import make_consumer, make_producer
 from workers.runtime.relay import RelayPublisher
+from workers.runtime.running import RunningService, run_service
 
 log = logging.getLogger("turnstream.inference")
 
@@ -46,13 +45,7 @@ def build_engine(settings: Settings) -> Engine:
     )
 
 
-@dataclass
-class RunningWorker:
-    service: InferenceService
-    loop: ConsumerLoop
-    relay: RelayPublisher
-    drain_s: float = 10.0  # on exit, how long in-flight turns may finish (0: drop them)
-    failed: asyncio.Event = field(default_factory=asyncio.Event)  # a core task died
+RunningWorker = RunningService[InferenceService]
 
 
 @contextlib.asynccontextmanager
@@ -64,7 +57,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
     producer = make_producer(settings.kafka_bootstrap, worker_id)
     consumer = make_consumer(
         settings.kafka_bootstrap,
-        TURNS_SUBMITTED.full_name(settings.namespace) + "." + CONSUMER_GROUP,
+        TURNS_ENRICHED.full_name(settings.namespace) + "." + CONSUMER_GROUP,
         worker_id,
         settings.fetch_max_wait_ms,
     )
@@ -93,39 +86,18 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         consumer,
         producer,
         service.handle,
-        topics=[TURNS_SUBMITTED.full_name(settings.namespace)],
+        topics=[TURNS_ENRICHED.full_name(settings.namespace)],
         deadletter_topic=DEAD_LETTERS.full_name(settings.namespace),
         max_inflight=settings.max_inflight_turns,
         on_failure=service.fail_turn,
     )
-    await producer.start()
-    await consumer.start()
-    tasks = [
-        asyncio.create_task(relay.run(), name="relay"),
-        asyncio.create_task(service.listen_for_cancels(), name="cancels"),
-        asyncio.create_task(loop.run(), name="consume"),
-    ]
-    log.info("worker %s consuming %s", worker_id, loop.topics)
-    running = RunningWorker(service, loop, relay)
-
-    def watch(task: asyncio.Task[None]) -> None:
-        if not task.cancelled():
-            log.critical("core task %s ended: %r", task.get_name(), task.exception())
-            running.failed.set()  # the process stops and its supervisor restarts it
-
-    for task in tasks:
-        task.add_done_callback(watch)
-    try:
+    async with run_service(
+        service,
+        loop=loop,
+        relay=relay,
+        redis=redis,
+        producer=producer,
+        consumer=consumer,
+        background={"cancels": service.listen_for_cancels()},
+    ) as running:
         yield running
-    finally:
-        tasks[2].cancel()
-        await asyncio.gather(tasks[2], return_exceptions=True)
-        await loop.drain(timeout_s=running.drain_s)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(relay.flushed(), timeout=5.0)
-        for task in tasks[:2]:
-            task.cancel()
-        await asyncio.gather(*tasks[:2], return_exceptions=True)
-        await consumer.stop()
-        await producer.stop()
-        await redis.aclose()

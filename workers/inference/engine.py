@@ -11,14 +11,17 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from schemas.events import DecodingParams, FinishReason, Message
+from schemas.events import DecodingParams, FinishReason, ImageInput, Message
 
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
+    """`images` are referenced by `<image_N>` placeholders in the messages, in order."""
+
     request_id: str
     messages: Sequence[Message]
     decoding: DecodingParams
+    images: Sequence[ImageInput] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ class Engine(Protocol):
     """What the inference service needs from an engine."""
 
     model_name: str
+    accepts_images: bool  # a text-only model refuses image turns with `images_unsupported`
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         """Generate; closing or cancelling the iterator aborts the request in the engine."""

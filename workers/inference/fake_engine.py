@@ -14,15 +14,18 @@ from workers.inference.engine import EngineError, GenerationDelta, GenerationReq
 
 
 def fake_answer(request: GenerationRequest) -> list[str]:
-    """The tokens the fake engine answers with: 'You said: <last user text>' plus history size."""
+    """The tokens the fake engine answers with: 'You said: <last user text>' plus history size
+    (and the images it was given, so tests see them arrive)."""
     last_user = next((m.content for m in reversed(request.messages) if m.role == Role.USER), "")
     turns = sum(1 for m in request.messages if m.role == Role.USER)
-    words = f"You said: {last_user} (turn {turns})".split(" ")
+    seen = f", {len(request.images)} images" if request.images else ""
+    words = f"You said: {last_user} (turn {turns}{seen})".split(" ")
     return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
 class FakeEngine:
     model_name = "fake-echo"
+    accepts_images = True
 
     def __init__(self, token_interval_s: float = 0.02, fail_on: str | None = None) -> None:
         self.token_interval_s = token_interval_s

@@ -14,6 +14,12 @@ def build_messages(system_prompt: str, history: Sequence[Message], text: str) ->
     return messages
 
 
+def with_image_placeholders(text: str, image_count: int) -> str:
+    """The user's text as the model reads it: `<image_N>` for each image, then the query."""
+    placeholders = [f"<image_{n}>" for n in range(1, image_count + 1)]
+    return "\n".join([*placeholders, text]) if placeholders else text
+
+
 def history_after(turn_text: str, answer: str) -> list[Message]:
     """What a finished turn adds to the history: the question and the answer the user got."""
     added = [Message(Role.USER, turn_text)]

@@ -15,15 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
+import msgspec
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
@@ -32,21 +30,24 @@ from schemas.events import (
     AnyEvent,
     ErrorInfo,
     FinishReason,
+    ImageInput,
     TokenChunk,
     TurnCancelled,
     TurnCompleted,
+    TurnEnriched,
     TurnStarted,
     TurnSubmitted,
 )
 from workers.inference.engine import Engine, EngineError, GenerationRequest
 from workers.inference.history import ConversationHistory
 from workers.inference.progress import TurnProgress
-from workers.inference.prompt import build_messages, history_after
+from workers.inference.prompt import build_messages, history_after, with_image_placeholders
+from workers.runtime.keyed_locks import KeyedLocks
+from workers.runtime.outcome import DONE_TTL_S
 from workers.runtime.relay import RelayPublisher
+from workers.runtime.retry import retry_transient
 
 log = logging.getLogger("turnstream.inference")
-
-DONE_TTL_S = 7 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +81,13 @@ class InferenceService:
         self.clock_ms = clock_ms
         self._running: dict[str, asyncio.Task[None]] = {}
         self._cancel_requested: set[str] = set()
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._lock_users: dict[str, int] = {}
+        self._conversations = KeyedLocks()
 
     # ---- entry points --------------------------------------------------------------------
     async def handle(self, event: AnyEvent) -> None:
-        if isinstance(event, TurnSubmitted):
+        if isinstance(event, TurnEnriched):
+            await self.run_turn(_as_model_turn(event), event.images)
+        elif isinstance(event, TurnSubmitted):  # straight from the edge (no preprocessing)
             await self.run_turn(event)
         else:
             log.warning("ignoring %s on the turns topic", type(event).__name__)
@@ -133,12 +135,12 @@ class InferenceService:
                 await pubsub.aclose()
 
     # ---- one turn ------------------------------------------------------------------------
-    async def run_turn(self, turn: TurnSubmitted) -> None:
-        held = self._lock_users.get(turn.conversation_id, 0)
+    async def run_turn(self, turn: TurnSubmitted, images: Sequence[ImageInput] = ()) -> None:
+        held = self._conversations.users(turn.conversation_id)
         if held >= self.config.max_queued_per_conversation:
             await self._refuse_busy(turn, held)
             return
-        async with self._conversation(turn.conversation_id):
+        async with self._conversations.hold(turn.conversation_id):
             # One round trip for everything the turn needs to know before it starts.
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.get(self.names.done_key(turn.turn_id))
@@ -157,6 +159,7 @@ class InferenceService:
                 request_id=turn.turn_id,
                 messages=build_messages(self.config.system_prompt, history, turn.text),
                 decoding=turn.decoding,
+                images=images,
             )
             progress.started_at_ms = self.clock_ms()
             self.relay.publish(
@@ -255,7 +258,7 @@ class InferenceService:
         payload = encode(completed)
         key = turn.conversation_id.encode()
         topic = self.config.completed_topic
-        await self._retrying(
+        await retry_transient(
             "publishing turns.completed", lambda: self.producer.send_and_wait(topic, payload, key)
         )
         added = (
@@ -263,7 +266,7 @@ class InferenceService:
             if completed.finish_reason != FinishReason.ERROR
             else []
         )
-        await self._retrying(
+        await retry_transient(
             "recording the outcome",
             lambda: self.history.record_outcome(
                 turn.tenant_id,
@@ -275,21 +278,6 @@ class InferenceService:
             ),
         )
 
-    async def _retrying(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
-        """Run a step until Kafka and Redis take it: transient outages are waited out;
-        permanent errors (wrong type, too large, not authorised) are raised at once."""
-        delay = 0.1
-        while True:
-            try:
-                await step()
-                return
-            except (RedisConnectionError, RedisTimeoutError, KafkaError) as err:
-                if isinstance(err, KafkaError) and not err.retriable:
-                    raise
-                log.warning("%s failed (%r); retrying in %.1fs", what, err, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
     async def _refuse_busy(self, turn: TurnSubmitted, held: int) -> None:
         """Answer at once (retryable error) instead of queueing behind `held` turns of the
         same conversation: a flood of one conversation must not hold every consumer slot."""
@@ -300,25 +288,20 @@ class InferenceService:
     async def fail_turn(self, event: AnyEvent, reason: str) -> None:
         """Last resort when handling a turn failed unexpectedly: the client still gets a
         `response.done` (finish_reason error) instead of waiting forever."""
+        if isinstance(event, TurnEnriched):
+            event = _as_model_turn(event)
         if not isinstance(event, TurnSubmitted):
             return
         progress = TurnProgress(event)
         error = ErrorInfo("internal_error", f"the turn failed: {reason}"[:500], retryable=True)
         await self._finish(progress, FinishReason.ERROR, error)
 
-    @contextlib.asynccontextmanager
-    async def _conversation(self, conversation_id: str) -> AsyncIterator[None]:
-        """Turns of one conversation run one after another, in arrival order."""
-        lock = self._locks.setdefault(conversation_id, asyncio.Lock())
-        self._lock_users[conversation_id] = self._lock_users.get(conversation_id, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            self._lock_users[conversation_id] -= 1
-            if self._lock_users[conversation_id] == 0:
-                del self._lock_users[conversation_id]
-                del self._locks[conversation_id]
+
+def _as_model_turn(enriched: TurnEnriched) -> TurnSubmitted:
+    """The turn with its text as the model reads it (transcript, image placeholders): that
+    is also what the history keeps, so later turns can refer back to it."""
+    text = with_image_placeholders(enriched.text, len(enriched.images))
+    return msgspec.structs.replace(enriched.submitted, text=text)
 
 
 async def _aiter(stream):

@@ -38,6 +38,8 @@ class VllmOptions:
 
 
 class VllmEngine:
+    accepts_images = False  # text models only, until the multimodal input path lands
+
     def __init__(self, options: VllmOptions) -> None:
         if not Path(options.model_path, "config.json").is_file():
             raise EngineError(f"no model folder at {options.model_path}", code="model_missing")
@@ -88,6 +90,11 @@ class VllmEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        if request.images:
+            raise EngineError(
+                f"model {self.model_name} reads text only; send the question without images",
+                code="images_unsupported",
+            )
         prompt_ids = self.render(request)
         d = request.decoding
         room = self._options.max_model_len - len(prompt_ids)

@@ -1,0 +1,199 @@
+"""decode → VAD → ASR on real synthesized speech, with the real Silero and Whisper models."""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+import subprocess
+import threading
+import time
+
+import av
+import numpy as np
+import pytest
+
+from workers.preprocess.asr import Transcript, WhisperTranscriber, _Timeline, join_segments
+from workers.preprocess.audio_decode import decode_audio
+from workers.preprocess.errors import AudioTooLong, AudioUnreadable, NoSpeech, UnsupportedMedia
+from workers.preprocess.vad import SileroVad, SpeechSegment, require_speech
+
+RATE = 16_000
+LEAD_S, TAIL_S = 1.5, 1.0
+LIMITS = {"max_seconds": 60.0, "max_bytes": 20_000_000}
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
+
+
+def wav16(x: np.ndarray) -> bytes:
+    raw = np.round(np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+    fmt = struct.pack("<HHIIHH", 1, 1, RATE, RATE * 2, 2, 16)
+    return (
+        b"RIFF"
+        + struct.pack("<I", 36 + len(raw))
+        + b"WAVEfmt "
+        + struct.pack("<I", 16)
+        + fmt
+        + b"data"
+        + struct.pack("<I", len(raw))
+        + raw
+    )
+
+
+def opus(x: np.ndarray, container: str) -> bytes:
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=container) as out:
+        stream = out.add_stream("libopus", rate=RATE, layout="mono")
+        stream.bit_rate = 32_000  # what browsers use for voice
+        frame = av.AudioFrame.from_ndarray(x.reshape(1, -1), format="flt", layout="mono")
+        frame.sample_rate = RATE
+        out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def speech() -> np.ndarray:
+    """ "What is the capital of France?" from espeak-ng, as 16 kHz float."""
+    wav = subprocess.run(
+        ["espeak-ng", "--stdout", "What is the capital of France?"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    return decode_audio(wav, **LIMITS)
+
+
+@pytest.fixture(scope="module")
+def clip(speech: np.ndarray) -> np.ndarray:
+    """The question between stretches of faint noise (a quiet room, not digital zero)."""
+    noise = np.random.default_rng(7)
+    lead = (noise.standard_normal(round(LEAD_S * RATE)) * 1e-3).astype(np.float32)
+    tail = (noise.standard_normal(round(TAIL_S * RATE)) * 1e-3).astype(np.float32)
+    return np.concatenate([lead, speech, tail])
+
+
+@pytest.fixture(scope="module")
+def vad() -> SileroVad:
+    return SileroVad()
+
+
+@pytest.fixture(scope="module")
+def asr() -> WhisperTranscriber:
+    transcriber = WhisperTranscriber(cpu_threads=2)
+    transcriber.load()
+    return transcriber
+
+
+def transcribe_bytes(data: bytes, vad: SileroVad, asr: WhisperTranscriber) -> Transcript:
+    audio = decode_audio(data, **LIMITS)
+    return asr.transcribe(audio, require_speech(vad.speech_segments(audio)))
+
+
+def test_wav_speech_is_found_after_the_silence_and_transcribed(
+    clip: np.ndarray, speech: np.ndarray, vad: SileroVad, asr: WhisperTranscriber
+) -> None:
+    audio = decode_audio(wav16(clip), **LIMITS)
+    segments = require_speech(vad.speech_segments(audio))
+    speech_end = LEAD_S + len(speech) / RATE
+    # padded by 0.2 s; espeak's own leading/trailing quiet makes it start a little later
+    assert LEAD_S - 0.25 <= segments[0].start_s <= LEAD_S + 0.4
+    assert speech_end - 0.4 <= segments[-1].end_s <= speech_end + 0.3
+
+    transcript = asr.transcribe(audio, segments)
+    assert {"capital", "france"} <= set(words(transcript.text)), transcript.text
+    assert transcript.audio_seconds == pytest.approx(len(clip) / RATE, abs=1e-3)
+    assert transcript.speech_seconds == pytest.approx(sum(s.duration_s for s in segments), abs=1e-3)
+    assert transcript.speech_seconds < transcript.audio_seconds - 2.0
+    first, last = transcript.segments[0], transcript.segments[-1]
+    assert first.start_s >= LEAD_S - 0.25  # on the clip's timeline, not the joined speech's
+    assert first.start_s < last.end_s <= transcript.audio_seconds
+
+
+@pytest.mark.parametrize("container", ["webm", "ogg"])
+def test_opus_speech_decodes_to_the_same_length_and_transcribes(
+    container: str, clip: np.ndarray, vad: SileroVad, asr: WhisperTranscriber
+) -> None:
+    data = opus(clip, container)
+    assert len(data) < len(clip) * 2 / 4  # really compressed, a quarter of PCM16 or less
+    audio = decode_audio(data, **LIMITS)
+    assert len(audio) / RATE == pytest.approx(len(clip) / RATE, abs=0.03)
+    transcript = transcribe_bytes(data, vad, asr)
+    assert {"capital", "france"} <= set(words(transcript.text)), transcript.text
+    assert transcript.segments[0].start_s >= LEAD_S - 0.25
+
+
+def test_silence_has_no_speech(vad: SileroVad, asr: WhisperTranscriber) -> None:
+    quiet = (np.random.default_rng(8).standard_normal(3 * RATE) * 1e-3).astype(np.float32)
+    audio = decode_audio(wav16(quiet), **LIMITS)
+    segments = vad.speech_segments(audio)
+    assert segments == []
+    with pytest.raises(NoSpeech):
+        require_speech(segments)
+    empty = asr.transcribe(audio, segments)
+    assert empty == Transcript("", (), 3.0, 0.0)
+
+
+def test_vad_state_is_reset_per_clip_and_calls_do_not_interleave(
+    clip: np.ndarray, vad: SileroVad
+) -> None:
+    alone = vad.probabilities(clip)
+    assert alone.max() > 0.9 and alone[: int(LEAD_S / 0.032) - 5].max() < 0.1
+    results: list[np.ndarray] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(vad.probabilities(clip))) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for probs in results:
+        np.testing.assert_array_equal(probs, alone)
+
+
+def test_truncated_speech_file_is_unreadable(clip: np.ndarray) -> None:
+    data = opus(clip, "webm")
+    with pytest.raises(AudioUnreadable, match="truncated"):
+        decode_audio(data[: len(data) // 2], **LIMITS)
+
+
+def test_png_is_unsupported() -> None:
+    with pytest.raises(UnsupportedMedia, match="PNG"):
+        decode_audio(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(100), **LIMITS)
+
+
+def test_ten_minutes_are_rejected_quickly() -> None:
+    ten_minutes = wav16(np.zeros(600 * RATE, np.float32))
+    start = time.perf_counter()
+    with pytest.raises(AudioTooLong, match="over the 60 s limit"):
+        decode_audio(ten_minutes, max_seconds=60, max_bytes=10**9)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_over_the_byte_limit(clip: np.ndarray) -> None:
+    with pytest.raises(AudioTooLong, match="bytes"):
+        decode_audio(wav16(clip), max_seconds=60, max_bytes=10_000)
+
+
+# --- mapping the joined speech back onto the clip (no model) -----------------------------------
+
+
+def test_join_segments_and_map_times_back() -> None:
+    audio = np.arange(10 * RATE, dtype=np.float32)
+    segments = [SpeechSegment(1.0, 2.0), SpeechSegment(5.0, 5.5)]
+    joined, pieces = join_segments(audio, segments, gap_s=0.5)
+    assert len(joined) == round(2.0 * RATE)  # 1.0 + 0.5 gap + 0.5
+    assert joined[0] == RATE and joined[round(1.5 * RATE)] == 5 * RATE
+    assert np.all(joined[RATE : round(1.5 * RATE)] == 0)
+
+    timeline = _Timeline(pieces)
+    assert timeline.to_clip(0.25, is_end=False) == pytest.approx(1.25)
+    assert timeline.to_clip(1.6, is_end=True) == pytest.approx(5.1)
+    # boundaries inside (or at the edge of) the gap snap to speech
+    assert timeline.to_clip(1.0, is_end=False) == pytest.approx(5.0)
+    assert timeline.to_clip(1.2, is_end=False) == pytest.approx(5.0)
+    assert timeline.to_clip(1.2, is_end=True) == pytest.approx(2.0)
+    assert timeline.to_clip(1.5, is_end=True) == pytest.approx(2.0)
+    # past the end clamps to the last piece
+    assert timeline.to_clip(9.0, is_end=True) == pytest.approx(5.5)

@@ -1,0 +1,179 @@
+"""The preprocessing service: one `turn.submitted` in, one `turn.enriched` (or an error) out.
+
+Per turn: wait for earlier turns of the same conversation (order must survive this hop);
+skip the work when the turn is already answered or cancelled (inference replays or closes
+it); otherwise transcribe its audio (the user sees `input.transcript` at once) and turn its
+images into pixel tensors stored by content hash, then publish the enriched turn. Bad media
+ends the turn with a precise in-band error; the consumer moves on.
+
+CPU-heavy steps (decoding, VAD, ASR, resizing) run in threads, so the loop keeps consuming,
+relaying and heartbeating while one clip is transcribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiokafka import AIOKafkaProducer
+from redis.asyncio import Redis
+
+from schemas.blobs import BlobStore
+from schemas.channels import RedisNames
+from schemas.codec import encode
+from schemas.events import (
+    AnyEvent,
+    ErrorInfo,
+    ImageInput,
+    InputTranscribed,
+    MediaKind,
+    MediaRef,
+    TranscriptSegment,
+    TurnEnriched,
+    TurnSubmitted,
+)
+from workers.preprocess.errors import MediaMissing, PreprocessError
+from workers.runtime.keyed_locks import KeyedLocks
+from workers.runtime.outcome import OutcomeRecorder, error_outcome
+from workers.runtime.relay import RelayPublisher
+from workers.runtime.retry import retry_transient
+
+log = logging.getLogger("turnstream.preprocess")
+
+
+@dataclass(frozen=True, slots=True)
+class HeardSpeech:
+    text: str
+    segments: list[TranscriptSegment]
+    audio_s: float
+
+
+class SpeechRecognizer(Protocol):
+    def recognize(self, data: bytes, ref: MediaRef) -> HeardSpeech:
+        """Decode, find speech, transcribe (blocking: called in a thread)."""
+
+
+class ImagePreparer(Protocol):
+    async def prepare(
+        self, ref: MediaRef, load: Callable[[MediaRef], Awaitable[bytes]]
+    ) -> ImageInput:
+        """Fetch or load, decode and store the image's pixel tensor."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreprocessConfig:
+    worker_id: str
+    enriched_topic: str
+
+
+class PreprocessService:
+    def __init__(
+        self,
+        *,
+        redis: Redis,
+        producer: AIOKafkaProducer,
+        relay: RelayPublisher,
+        blobs: BlobStore,
+        speech: SpeechRecognizer,
+        images: ImagePreparer,
+        outcomes: OutcomeRecorder,
+        names: RedisNames,
+        config: PreprocessConfig,
+        clock_ms: Callable[[], float],
+    ) -> None:
+        self.redis = redis
+        self.producer = producer
+        self.relay = relay
+        self.blobs = blobs
+        self.speech = speech
+        self.images = images
+        self.outcomes = outcomes
+        self.names = names
+        self.config = config
+        self.clock_ms = clock_ms
+        self._conversations = KeyedLocks()
+
+    async def handle(self, event: AnyEvent) -> None:
+        if isinstance(event, TurnSubmitted):
+            await self.run_turn(event)
+        else:
+            log.warning("ignoring %s on the submitted topic", type(event).__name__)
+
+    async def run_turn(self, turn: TurnSubmitted) -> None:
+        async with self._conversations.hold(turn.conversation_id):
+            started = self.clock_ms()
+            if turn.media and not await self._settled(turn):
+                try:
+                    enriched = await self._enrich(turn, started)
+                except PreprocessError as err:
+                    log.info("turn %s: %s (%s)", turn.turn_id, err, err.code)
+                    await self._fail(turn, ErrorInfo(err.code, str(err), err.retryable))
+                    return
+            else:
+                enriched = TurnEnriched(turn_id=turn.turn_id, submitted=turn, text=turn.text)
+            await retry_transient(
+                "publishing turns.enriched",
+                lambda: self.producer.send_and_wait(
+                    self.config.enriched_topic, encode(enriched), turn.conversation_id.encode()
+                ),
+            )
+
+    async def fail_turn(self, event: AnyEvent, reason: str) -> None:
+        """Last resort when handling failed unexpectedly: the client still gets an answer."""
+        if isinstance(event, TurnSubmitted):
+            error = ErrorInfo("internal_error", f"preprocessing failed: {reason}"[:500], True)
+            await self._fail(event, error)
+
+    async def _settled(self, turn: TurnSubmitted) -> bool:
+        """Already answered or cancelled: nothing to compute, inference closes it."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(self.names.done_key(turn.turn_id))
+            pipe.exists(self.names.cancelled_key(turn.turn_id))
+            done, cancelled = await pipe.execute()
+        return bool(done or cancelled)
+
+    async def _enrich(self, turn: TurnSubmitted, started: float) -> TurnEnriched:
+        texts = [turn.text] if turn.text else []
+        transcript: list[TranscriptSegment] = []
+        images: list[ImageInput] = []
+        for ref in turn.media:
+            if ref.kind == MediaKind.AUDIO:
+                heard = await asyncio.to_thread(self.speech.recognize, await self._load(ref), ref)
+                transcript = heard.segments
+                texts.append(heard.text)
+                await self.relay.publish_confirmed(  # before the answer can start
+                    self.names.edge_channel(turn.edge_id),
+                    InputTranscribed(
+                        turn_id=turn.turn_id,
+                        text=heard.text,
+                        segments=heard.segments,
+                        audio_s=heard.audio_s,
+                    ),
+                )
+            else:
+                images.append(await self.images.prepare(ref, self._load))
+        return TurnEnriched(
+            turn_id=turn.turn_id,
+            submitted=turn,
+            text="\n".join(texts),
+            images=images,
+            transcript=transcript,
+            preprocess_ms=round(self.clock_ms() - started, 3),
+        )
+
+    async def _load(self, ref: MediaRef) -> bytes:
+        data = await retry_transient("loading media", lambda: self.blobs.get(ref.sha256))
+        if data is None:
+            raise MediaMissing(
+                f"the uploaded {ref.kind} expired or was never stored; send it again"
+            )
+        return data
+
+    async def _fail(self, turn: TurnSubmitted, error: ErrorInfo) -> None:
+        completed = error_outcome(
+            turn, error, worker_id=self.config.worker_id, now_ms=self.clock_ms()
+        )
+        await self.outcomes.record(completed, turn.edge_id)

@@ -1,0 +1,47 @@
+"""Audio of a turn → what was said: decode (any browser format or raw PCM16) → VAD → ASR.
+
+Blocking and CPU-bound: the service calls `recognize` in a thread. The Whisper model loads on
+first use (or `warm()` at startup, so the first spoken turn does not pay ~0.5 s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.events import MediaRef
+from workers.preprocess.asr import WhisperTranscriber
+from workers.preprocess.audio_decode import decode_audio, decode_pcm16
+from workers.preprocess.errors import NoSpeech
+from workers.preprocess.service import HeardSpeech
+from workers.preprocess.vad import SileroVad, require_speech
+
+
+@dataclass
+class SpeechPipeline:
+    vad: SileroVad
+    asr: WhisperTranscriber
+    max_seconds: float
+    max_bytes: int
+
+    @classmethod
+    def load(cls, *, max_seconds: float, max_bytes: int, asr_threads: int) -> SpeechPipeline:
+        return cls(SileroVad(), WhisperTranscriber(cpu_threads=asr_threads), max_seconds, max_bytes)
+
+    def warm(self) -> None:
+        self.asr.load()
+
+    def recognize(self, data: bytes, ref: MediaRef) -> HeardSpeech:
+        limits = {"max_seconds": self.max_seconds, "max_bytes": self.max_bytes}
+        if ref.format == "pcm16":
+            audio = decode_pcm16(data, ref.sample_rate, **limits)
+        else:
+            audio = decode_audio(data, **limits)
+        segments = require_speech(self.vad.speech_segments(audio))
+        transcript = self.asr.transcribe(audio, segments)
+        if not transcript.text.strip():
+            raise NoSpeech("speech was detected but no words were recognised")
+        return HeardSpeech(
+            text=transcript.text,
+            segments=list(transcript.segments),
+            audio_s=transcript.audio_seconds,
+        )
