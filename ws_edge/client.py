@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from base64 import b64encode
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
@@ -15,17 +16,42 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from ws_edge.messages import (
     AnyServerEvent,
+    AppendAudio,
+    AudioPart,
     Authenticate,
     CancelTurn,
     ClientMessage,
     CreateTurn,
     ErrorEvent,
+    ImagePart,
     ResponseDone,
     SessionReady,
     TurnAccepted,
     encode_client,
     server_decoder,
 )
+
+
+def _b64(data: bytes) -> str:
+    return b64encode(data).decode()
+
+
+def image_part(data: bytes | None = None, *, url: str | None = None) -> ImagePart:
+    """An image for `start_turn(parts=[...])`: file bytes, or an https URL."""
+    return ImagePart(data=None if data is None else _b64(data), url=url)
+
+
+def audio_part(
+    data: bytes | None = None, *, stream_id: str | None = None, pcm16_rate: int | None = None
+) -> AudioPart:
+    """Audio for `start_turn(parts=[...])`: a recorded file's bytes, raw PCM16 at
+    `pcm16_rate`, or the stream filled with `append_audio`."""
+    return AudioPart(
+        data=None if data is None else _b64(data),
+        stream_id=stream_id,
+        format="pcm16" if pcm16_rate else None,
+        sample_rate=pcm16_rate,
+    )
 
 
 class TurnRejected(RuntimeError):
@@ -134,6 +160,11 @@ class EdgeClient:
             if isinstance(event, ResponseDone):
                 return event
         raise AssertionError("unreachable")
+
+    async def append_audio(self, stream_id: str, pcm: bytes, chunk_bytes: int = 6400) -> None:
+        """Send microphone audio in pieces (default 200 ms of 16 kHz PCM16 each)."""
+        for start in range(0, len(pcm), chunk_bytes):
+            await self.send(AppendAudio(stream_id, _b64(pcm[start : start + chunk_bytes])))
 
     async def cancel(self, turn_id: str) -> None:
         await self.send(CancelTurn(turn_id=turn_id))

@@ -15,7 +15,9 @@ def fake_settings(services: Settings, session_namespace: str) -> Settings:
         namespace=f"{session_namespace}-fake",
         edge_port=0,
         max_message_bytes=8 * 1024,
-        max_frame_bytes=64 * 1024,
+        max_frame_bytes=3 * 1024 * 1024,
+        max_media_bytes=2 * 1024 * 1024,
+        max_audio_s=30.0,
         max_turn_chars=4000,
         max_turns_in_flight_per_session=4,
     )
