@@ -11,7 +11,10 @@ import zlib
 
 import av
 import numpy as np
+import pytest
 from PIL import Image
+
+from workers.preprocess import audio_decode
 
 RATE = 16_000
 
@@ -23,9 +26,7 @@ def words(text: str) -> list[str]:
 
 def espeak_wav(text: str) -> bytes:
     """espeak-ng's WAV (22050 Hz mono s16; its header carries placeholder sizes)."""
-    return subprocess.run(
-        ["espeak-ng", "--stdout", text], check=True, capture_output=True
-    ).stdout
+    return subprocess.run(["espeak-ng", "--stdout", text], check=True, capture_output=True).stdout
 
 
 def quiet_room(seconds: float, seed: int = 7) -> np.ndarray:
@@ -96,3 +97,18 @@ def bilevel_png(width: int, height: int, idat: bytes | None = None) -> bytes:
         + png_chunk(b"IDAT", idat)
         + png_chunk(b"IEND", b"")
     )
+
+
+def count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Spy on the audio decoder's conversion to mono, which every decode path (native WAV,
+    FFmpeg, raw PCM) goes through: the list receives the frame count of each call, so an
+    empty list proves a refusal came before any audio was converted."""
+    calls: list[int] = []
+    original = audio_decode._downmix
+
+    def counting(samples: np.ndarray) -> np.ndarray:
+        calls.append(len(samples))
+        return original(samples)
+
+    monkeypatch.setattr(audio_decode, "_downmix", counting)
+    return calls

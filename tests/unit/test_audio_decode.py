@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import io
 import struct
-import subprocess
-import time
 
 import av
 import numpy as np
 import pytest
 
+from tests.support.media import count_conversions, espeak_wav
 from workers.preprocess import audio_decode
 from workers.preprocess.audio_decode import (
     decode_audio,
@@ -99,9 +98,7 @@ def test_wav_with_streaming_placeholder_sizes_decodes_what_is_there() -> None:
 
 
 def test_espeak_ng_wav_decodes() -> None:
-    data = subprocess.run(
-        ["espeak-ng", "--stdout", "hello there"], check=True, capture_output=True
-    ).stdout
+    data = espeak_wav("hello there")
     assert struct.unpack_from("<I", data, 40)[0] >= 0x7F000000  # really a placeholder
     samples = (len(data) - 44) // 2
     out = decode_audio(data, **LIMITS)
@@ -326,12 +323,17 @@ def test_byte_limit_is_checked_before_parsing() -> None:
         decode_audio(b"\x89PNG" + bytes(2000), max_seconds=60, max_bytes=1000)
 
 
-def test_ten_minute_wav_is_rejected_from_its_size_without_converting() -> None:
+def test_ten_minute_wav_is_rejected_from_its_size_without_converting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    converted = count_conversions(monkeypatch)
     data = wav_bytes(np.zeros(600 * 16_000, "<i2"), 16_000)
-    start = time.perf_counter()
     with pytest.raises(AudioTooLong, match=r"600\.0 s long, over the 60 s limit"):
         decode_audio(data, max_seconds=60, max_bytes=10**9)
-    assert time.perf_counter() - start < 0.5
+    assert converted == []
+    # The spy does see a conversion when one happens.
+    decode_audio(wav_bytes(np.zeros(16_000, "<i2"), 16_000), max_seconds=60, max_bytes=10**9)
+    assert converted == [16_000]
 
 
 def opus_repeated(seconds: int, container: str, options: dict[str, str] | None = None) -> bytes:
@@ -380,12 +382,16 @@ def test_long_stream_stops_decoding_at_the_limit(
     assert 0 < CountingBytesIO.bytes_read < 0.2 * len(live_webm_10min)
 
 
-def test_long_ogg_is_rejected_from_its_declared_duration() -> None:
+def test_long_ogg_is_rejected_from_its_declared_duration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    converted = count_conversions(monkeypatch)
     data = opus_repeated(300, "ogg")
-    start = time.perf_counter()
     with pytest.raises(AudioTooLong, match="declares"):
         decode_audio(data, max_seconds=60, max_bytes=10**8)
-    assert time.perf_counter() - start < 0.2
+    assert converted == []  # refused before a single frame was decoded
+    decode_audio(opus_repeated(2, "ogg"), max_seconds=60, max_bytes=10**8)
+    assert sum(converted) / 16_000 == pytest.approx(2.0, abs=0.08)  # the spy sees decoding
 
 
 def _patch_webm_duration(data: bytes, ms: float) -> bytes:

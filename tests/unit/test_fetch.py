@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-import time
 
 import httpx
 import pytest
@@ -36,15 +35,36 @@ DNS = {
 }
 
 
+class Stall:
+    """An await that outlasts every fetch limit used with it, counting how it ended.
+
+    It needs no wall-clock margin: the fetch's deadline is an earlier timer on the same event
+    loop, so it fires first however slow the machine is. Were the deadline missing, the stall
+    would run out and be counted as `finished`."""
+
+    def __init__(self, seconds: float = 5.0) -> None:
+        self.seconds = seconds
+        self.entered = self.cancelled = self.finished = 0
+
+    async def __call__(self) -> None:
+        self.entered += 1
+        try:
+            await asyncio.sleep(self.seconds)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        self.finished += 1
+
+
 class FakeDNS:
-    def __init__(self, delay_s: float = 0.0) -> None:
+    def __init__(self, stall: Stall | None = None) -> None:
         self.asked: list[str] = []
-        self.delay_s = delay_s
+        self.stall = stall
 
     async def __call__(self, host: str) -> list[str]:
         self.asked.append(host)
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+        if self.stall:
+            await self.stall()
         if host not in DNS:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return DNS[host]
@@ -345,38 +365,55 @@ async def test_a_compressed_body_is_refused():
 
 
 async def test_a_server_that_never_answers_times_out_within_the_limit():
-    async def respond(request):
-        await asyncio.sleep(30)
+    stall = Stall()
 
-    started = time.perf_counter()
-    async with fetcher(Server(respond), total_s=0.2) as f:
+    async def respond(request):
+        await stall()
+
+    server = Server(respond)
+    async with fetcher(server, total_s=0.2) as f:
         with pytest.raises(FetchTimeout):
             await f.fetch("https://images.example.com/a.png")
-    assert time.perf_counter() - started < 1.0
+    assert len(server.requests) == 1
+    # The fetch gave up on the pending response: cancelled by its deadline, not answered.
+    assert (stall.entered, stall.cancelled, stall.finished) == (1, 1, 0)
 
 
 class StallingBody:
+    """Sends the first bytes of a PNG, then stalls; counts the chunks it handed out."""
+
+    def __init__(self) -> None:
+        self.stall = Stall()
+        self.sent = 0
+
     async def __aiter__(self):
+        self.sent += 1
         yield b"\x89PNG"
-        await asyncio.sleep(30)
+        await self.stall()
+        self.sent += 1
         yield b"never"
 
 
 async def test_a_body_that_stalls_times_out_within_the_limit():
-    server = Server(lambda request: httpx.Response(200, content=StallingBody()))
-    started = time.perf_counter()
+    body = StallingBody()
+    server = Server(lambda request: httpx.Response(200, content=body))
     async with fetcher(server, total_s=0.2) as f:
         with pytest.raises(FetchTimeout):
             await f.fetch("https://images.example.com/a.png")
-    assert time.perf_counter() - started < 1.0
+    # The body was being read when the deadline cancelled the read mid-stall.
+    assert body.sent == 1
+    assert (body.stall.entered, body.stall.cancelled, body.stall.finished) == (1, 1, 0)
 
 
 async def test_slow_dns_counts_against_the_same_deadline():
-    started = time.perf_counter()
-    async with fetcher(Server(ok), FakeDNS(delay_s=30), total_s=0.2) as f:
+    server, stall = Server(ok), Stall()
+    dns = FakeDNS(stall)
+    async with fetcher(server, dns, total_s=0.2) as f:
         with pytest.raises(FetchTimeout):
             await f.fetch("https://images.example.com/a.png")
-    assert time.perf_counter() - started < 1.0
+    assert dns.asked == ["images.example.com"]
+    assert (stall.entered, stall.cancelled, stall.finished) == (1, 1, 0)
+    assert server.requests == []  # the deadline ran out before anything was sent
 
 
 async def test_the_deadline_covers_the_whole_redirect_chain():

@@ -6,13 +6,12 @@ from __future__ import annotations
 import hashlib
 import io
 import struct
-import time
-import zlib
 
 import numpy as np
 import pytest
 from PIL import Image, ImageCms, ImageFile
 
+from tests.support.media import bilevel_png, encode_image, noise_image
 from workers.preprocess.errors import ImageTooLarge, ImageUnreadable, UnsupportedMedia
 from workers.preprocess.images import (
     CLIP_MEAN,
@@ -33,38 +32,8 @@ RED = (255, 0, 0)
 BLUE = (0, 0, 255)
 
 
-def encode(img: Image.Image, fmt: str, **params) -> bytes:
-    out = io.BytesIO()
-    img.save(out, fmt, **params)
-    return out.getvalue()
-
-
 def close_to(pixel, expected, tolerance=3) -> bool:
     return all(abs(a - b) <= tolerance for a, b in zip(pixel, expected, strict=True))
-
-
-def png_chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-
-def bilevel_png(width: int, height: int, idat: bytes | None = None) -> bytes:
-    """A 1-bit grayscale PNG. With `idat=None` it is a real, valid all-black image (zeros
-    compress ~1000:1, so even 50 MP is a few KB); otherwise the given IDAT is used as is."""
-    if idat is None:
-        row = b"\x00" * (1 + (width + 7) // 8)  # filter byte + packed pixels
-        idat = zlib.compress(row * height, 9)
-    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + png_chunk(b"IHDR", ihdr)
-        + png_chunk(b"IDAT", idat)
-        + png_chunk(b"IEND", b"")
-    )
-
-
-def noise(width: int, height: int, seed: int = 0) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
 @pytest.fixture
@@ -89,7 +58,7 @@ def decode_calls(monkeypatch):
     [("PNG", {}), ("JPEG", {"quality": 95}), ("WEBP", {"lossless": True}), ("GIF", {})],
 )
 def test_each_accepted_format_decodes_to_rgb(fmt, params):
-    data = encode(Image.new("RGB", (40, 30), RED), fmt, **params)
+    data = encode_image(Image.new("RGB", (40, 30), RED), fmt, **params)
     assert sniff_image_format(data) == fmt
     img = decode_image(data, LIMITS)
     assert img.mode == "RGB"
@@ -128,7 +97,7 @@ def test_everything_else_is_unsupported_with_a_precise_message(data, says):
 
 def test_magic_bytes_decide_not_the_rest():
     # A PNG signature followed by a JPEG is not "some image": only the PNG plugin may parse it.
-    jpeg = encode(Image.new("RGB", (8, 8), RED), "JPEG")
+    jpeg = encode_image(Image.new("RGB", (8, 8), RED), "JPEG")
     with pytest.raises(ImageUnreadable):
         decode_image(b"\x89PNG\r\n\x1a\n" + jpeg, LIMITS)
 
@@ -142,7 +111,7 @@ def test_exif_orientation_is_applied():
     stored.paste(BLUE, (0, 0, 20, 20))
     exif = Image.Exif()
     exif[0x0112] = 6
-    data = encode(stored, "JPEG", exif=exif, quality=95)
+    data = encode_image(stored, "JPEG", exif=exif, quality=95)
 
     img = decode_image(data, LIMITS)
     assert img.size == (20, 40)
@@ -154,7 +123,7 @@ def test_exif_orientation_is_applied():
 
 
 def test_alpha_is_composited_on_white():
-    data = encode(Image.new("RGBA", (10, 10), (255, 0, 0, 128)), "PNG")
+    data = encode_image(Image.new("RGBA", (10, 10), (255, 0, 0, 128)), "PNG")
     assert close_to(decode_image(data, LIMITS).getpixel((5, 5)), (255, 127, 127), 1)
 
 
@@ -162,21 +131,21 @@ def test_palette_with_transparency_is_composited_on_white():
     img = Image.new("P", (10, 10), 0)
     img.putpalette([255, 0, 0, 0, 0, 255] + [0] * 762)
     img.paste(1, (0, 0, 5, 10))
-    data = encode(img, "PNG", transparency=1)
+    data = encode_image(img, "PNG", transparency=1)
     out = decode_image(data, LIMITS)
     assert out.getpixel((2, 5)) == (255, 255, 255)  # the transparent index
     assert out.getpixel((7, 5)) == RED
 
 
 def test_grayscale_with_alpha_and_bilevel_become_rgb():
-    la = decode_image(encode(Image.new("LA", (4, 4), (100, 255)), "PNG"), LIMITS)
+    la = decode_image(encode_image(Image.new("LA", (4, 4), (100, 255)), "PNG"), LIMITS)
     assert la.getpixel((1, 1)) == (100, 100, 100)
-    bilevel = decode_image(encode(Image.new("1", (4, 4), 1), "PNG"), LIMITS)
+    bilevel = decode_image(encode_image(Image.new("1", (4, 4), 1), "PNG"), LIMITS)
     assert bilevel.getpixel((1, 1)) == (255, 255, 255)
 
 
 def test_cmyk_jpeg_becomes_rgb():
-    data = encode(Image.new("CMYK", (16, 16), (0, 255, 255, 0)), "JPEG", quality=95)
+    data = encode_image(Image.new("CMYK", (16, 16), (0, 255, 255, 0)), "JPEG", quality=95)
     img = decode_image(data, LIMITS)
     assert img.mode == "RGB"
     assert close_to(img.getpixel((8, 8)), RED, 4)
@@ -185,7 +154,7 @@ def test_cmyk_jpeg_becomes_rgb():
 def test_sixteen_bit_grayscale_is_scaled_not_clipped():
     # Pillow's own I;16 -> L conversion clips at 255: mid-grey would come out white.
     levels = np.array([[0, 4096, 32768, 65535]], dtype=np.uint16)
-    data = encode(Image.fromarray(levels), "PNG")
+    data = encode_image(Image.fromarray(levels), "PNG")
     assert Image.open(io.BytesIO(data)).mode.startswith("I;16")
     img = decode_image(data, LIMITS)
     assert [img.getpixel((x, 0)) for x in range(4)] == [
@@ -211,14 +180,16 @@ def _srgb_with_red_and_blue_swapped() -> bytes:
 
 
 def test_embedded_icc_profile_is_converted_to_srgb():
-    data = encode(
+    data = encode_image(
         Image.new("RGB", (8, 8), RED), "PNG", icc_profile=_srgb_with_red_and_blue_swapped()
     )
     assert close_to(decode_image(data, LIMITS).getpixel((4, 4)), BLUE, 2)
 
 
 def test_a_broken_icc_profile_is_ignored():
-    data = encode(Image.new("RGB", (8, 8), (200, 100, 50)), "PNG", icc_profile=b"not icc" * 20)
+    data = encode_image(
+        Image.new("RGB", (8, 8), (200, 100, 50)), "PNG", icc_profile=b"not icc" * 20
+    )
     assert decode_image(data, LIMITS).getpixel((4, 4)) == (200, 100, 50)
 
 
@@ -272,7 +243,7 @@ def test_patchify_counts_and_layout():
 
 
 def test_preprocess_image_end_to_end():
-    data = encode(noise(1024, 768), "JPEG", quality=90)
+    data = encode_image(noise_image(1024, 768), "JPEG", quality=90)
     processed = preprocess_image(data, LIMITS)
     assert processed.sha256 == hashlib.sha256(data).hexdigest()
     assert (processed.width, processed.height, processed.format) == (1024, 768, "JPEG")
@@ -305,7 +276,7 @@ def test_tensor_round_trip_and_no_pickles():
 
 
 def test_over_the_byte_limit_is_refused():
-    data = encode(noise(64, 64), "PNG")
+    data = encode_image(noise_image(64, 64), "PNG")
     with pytest.raises(ImageTooLarge, match="bytes"):
         decode_image(data, ImageLimits(max_bytes=len(data) - 1))
     assert decode_image(data, ImageLimits(max_bytes=len(data))).size == (64, 64)
@@ -314,10 +285,8 @@ def test_over_the_byte_limit_is_refused():
 def test_a_real_50_megapixel_png_is_refused_before_decoding(decode_calls):
     data = bilevel_png(8000, 6300)  # valid, ~6 KB, 50.4 MP
     assert len(data) < 100_000
-    started = time.perf_counter()
     with pytest.raises(ImageTooLarge, match="50400000 pixels"):
         decode_image(data, LIMITS)
-    assert time.perf_counter() - started < 0.5
     assert decode_calls == []
     # The counter does see a decode when one happens (load() is re-entered by conversions).
     decode_image(bilevel_png(80, 63), LIMITS)
@@ -351,7 +320,7 @@ def test_a_side_over_the_limit_is_refused():
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
 def test_truncated_image_is_unreadable(fmt):
-    data = encode(noise(256, 256), fmt)
+    data = encode_image(noise_image(256, 256), fmt)
     with pytest.raises(ImageUnreadable):
         decode_image(data[: len(data) // 2], LIMITS)
 
