@@ -35,7 +35,7 @@ import uvloop
 
 from bench.stats import Comparison, compare, percentile
 from infra.kafka.topics import ensure_topics
-from infra.stack import REPO, Child, free_port
+from infra.stack import REPO, Child, free_port, start_roles, stop_roles
 from schemas.events import DecodingParams, Message, Role
 from schemas.settings import Settings
 from workers.inference.app import build_engine
@@ -164,13 +164,7 @@ def start_pipeline(settings: Settings, engine: str, logs: Path) -> list[Child]:
         "TURNSTREAM_MAX_INFLIGHT_TURNS": str(settings.max_inflight_turns),
         "TURNSTREAM_LOG_LEVEL": "WARNING",
     }
-    worker = Child("inference worker", "workers.inference", logs / "bench-worker.log", env)
-    worker.wait_ready(600)
-    preprocess = Child("preprocess", "workers.preprocess", logs / "bench-preprocess.log", env)
-    preprocess.wait_ready(120)
-    edge = Child("edge", "ws_edge", logs / "bench-edge.log", env)
-    edge.wait_ready(60)
-    return [edge, preprocess, worker]
+    return start_roles(env, logs, log_prefix="bench-")
 
 
 def report(engine: str, results: dict[int, dict[str, Samples]]) -> list[Comparison]:
@@ -280,8 +274,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 file=sys.stderr,
             )
     finally:
-        for child in children:
-            child.stop()
+        stop_roles(children)
 
     rows = report(f"{args.engine}, {args.arrivals} arrivals", results)
     RESULTS.mkdir(parents=True, exist_ok=True)

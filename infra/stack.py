@@ -1,8 +1,9 @@
 """`python -m infra.stack`: the whole local stack, then the terminal chat.
 
 Starts the services (Kafka, Redis, topics, ClickHouse migrations), converts the bundled
-model if needed, starts the inference worker (vLLM), the preprocessing worker and the edge as
-child processes, waits until each is ready (showing progress), then opens the chat. Ctrl-C at
+model if needed, starts the roles (inference worker on vLLM, preprocessing worker, assembly
+job, edge) as child processes, waits until each is ready (showing progress), then opens the
+chat. Ctrl-C at
 the prompt, or leaving the chat, stops everything cleanly (services too, unless
 --keep-services).
 `--serve` runs the stack without the chat until Ctrl-C.
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from infra.models.smollm2 import default_model_dir, is_converted
@@ -107,16 +109,60 @@ class Child:
         self._log.close()
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceRole:
+    """A service process of the stack, in start order (consumers before the edge)."""
+
+    name: str
+    module: str
+    log: str
+    ready_within_s: float
+    note: str = ""
+
+
+ROLES = (
+    ServiceRole("inference worker", "workers.inference", "inference", 600, "vLLM: 20-45 s on CPU"),
+    ServiceRole("preprocess worker", "workers.preprocess", "preprocess", 120, "VAD, ASR, images"),
+    ServiceRole("assembly job", "stream_jobs.assembly", "assembly", 120, "history, prompts"),
+    ServiceRole("edge", "ws_edge", "edge", 60),
+)
+
+
+def start_roles(
+    env: dict[str, str], logs: Path, *, log_prefix: str = "", first_step: int = 0, steps: int = 0
+) -> list[Child]:
+    """Start every role and wait until each is ready; on failure stop the ones started."""
+    children: list[Child] = []
+    try:
+        for i, role in enumerate(ROLES):
+            if steps:
+                note = f" ({role.note})" if role.note else ""
+                print(f"[{first_step + i}/{steps}] {role.name}{note}", file=sys.stderr)
+            child = Child(role.name, role.module, logs / f"{log_prefix}{role.log}.log", env)
+            children.append(child)
+            child.wait_ready(timeout_s=role.ready_within_s)
+    except BaseException:
+        stop_roles(children)
+        raise
+    return children
+
+
+def stop_roles(children: list[Child]) -> None:
+    """The edge first, so no new turn arrives while the consumers drain."""
+    for child in reversed(children):
+        child.stop()
+
+
 def run_script(*args: str) -> None:
     subprocess.run([str(REPO / "infra" / args[0]), *args[1:]], check=True, cwd=REPO)
 
 
 def prepare(settings: Settings, engine: str) -> None:
     """Steps 1-2: services up, bundled model converted (both idempotent)."""
-    print("[1/5] local services", file=sys.stderr)
+    print("[1/6] local services", file=sys.stderr)
     run_script("services.sh", "start")
     if engine == "vllm" and not settings.model_path:
-        print("[2/5] bundled model", file=sys.stderr)
+        print("[2/6] bundled model", file=sys.stderr)
         if not is_converted(default_model_dir(settings)):
             subprocess.run([sys.executable, "-m", "infra.models.smollm2"], check=True, cwd=REPO)
         else:
@@ -139,18 +185,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     exit_code = 0
     try:
-        print("[3/5] inference worker (vLLM start takes 20-45 s on CPU)", file=sys.stderr)
-        worker = Child("inference worker", "workers.inference", logs / "inference.log", env)
-        children.append(worker)
-        worker.wait_ready(timeout_s=600)
-        print("[4/5] preprocess worker (VAD, ASR, images)", file=sys.stderr)
-        preprocess = Child("preprocess worker", "workers.preprocess", logs / "preprocess.log", env)
-        children.append(preprocess)
-        preprocess.wait_ready(timeout_s=120)
-        print("[5/5] edge", file=sys.stderr)
-        edge = Child("edge", "ws_edge", logs / "edge.log", env)
-        children.append(edge)
-        edge.wait_ready(timeout_s=60)
+        children = start_roles(env, logs, first_step=3, steps=2 + len(ROLES))
         print(f"logs: {logs}", file=sys.stderr)
         url = f"ws://{settings.edge_host}:{settings.edge_port}/"
         if args.serve:
@@ -167,8 +202,7 @@ def main() -> None:
         exit_code = 1
     finally:
         print("\nstopping...", file=sys.stderr)
-        for child in reversed(children):
-            child.stop()
+        stop_roles(children)
         if not args.keep_services:
             run_script("services.sh", "stop")
     sys.exit(exit_code)

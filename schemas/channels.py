@@ -40,10 +40,9 @@ class RedisNames:
         """A media blob (upload or pixel tensor), content-addressed, with a TTL."""
         return f"{self.prefix}:blob:{key}"
 
-    def history_key(self, tenant_id: str, conversation_id: str) -> str:
-        """List of the conversation's messages (JSON), newest last, capped. Keyed by tenant
-        too (tenant ids hold no ':'), so tenants never share a conversation namespace."""
-        return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:history"
+    def profile_key(self, tenant_id: str, user_id: str) -> str:
+        """What the assistant knows about a user (plain text, set by the product)."""
+        return f"{self.prefix}:profile:{tenant_id}:{user_id}"
 
     def owner_key(self, tenant_id: str, conversation_id: str) -> str:
         """Which user of the tenant owns a conversation: nobody else may add turns to it."""

@@ -148,6 +148,31 @@ class TurnEnriched(Event, tag="turn.enriched"):
     preprocess_ms: float = 0.0
 
 
+class PromptContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How a turn's prompt was assembled (goes into the trace): history kept and dropped to
+    fit the context budget, passages retrieved, whether a user profile was used."""
+
+    history_messages: int
+    dropped_messages: int
+    prompt_tokens: int  # the assembler's count (the engine's own count is in `Usage`)
+    retrieved: list[str] = []
+    profile: bool = False
+
+
+class TurnAssembled(Event, tag="turn.assembled"):
+    """A turn ready for an engine (Kafka `turns.assembled`, keyed by conversation): the full
+    prompt (persona, profile, retrieved context, history, `<image_N>` placeholders, query).
+    With `error` set, assembly refused the turn and inference only closes it."""
+
+    submitted: TurnSubmitted
+    messages: list[Message]
+    context: PromptContext
+    assembled_at_ms: float
+    images: list[ImageInput] = []
+    preprocess_ms: float = 0.0
+    error: ErrorInfo | None = None
+
+
 class InputTranscribed(Event, tag="input.transcribed"):
     """Relay frame: what the user's audio was heard as, before the answer starts."""
 
@@ -201,6 +226,7 @@ class TurnCompleted(Event, tag="turn.completed"):
 AnyEvent = (
     TurnSubmitted
     | TurnEnriched
+    | TurnAssembled
     | InputTranscribed
     | TurnCancelled
     | TokenChunk

@@ -107,6 +107,27 @@ class Settings:
         16,
         "Turns one preprocessing worker handles at once (backpressure beyond).",
     )
+    # --- prompt assembly (stream job) ----------------------------------------------------------
+    tokenizer_path: str = _var(
+        "TURNSTREAM_TOKENIZER_PATH",
+        "",
+        "Tokenizer for context budgets (empty: the served model's folder; none: ~4 bytes/token).",
+    )
+    history_max_chars: int = _var(
+        "TURNSTREAM_HISTORY_MAX_CHARS", 200_000, "Characters of history kept per conversation."
+    )
+    rag_docs_dir: str = _var(
+        "TURNSTREAM_RAG_DOCS_DIR", "", "Folder of .md/.txt documents to retrieve from (empty: off)."
+    )
+    rag_top_k: int = _var("TURNSTREAM_RAG_TOP_K", 3, "Passages retrieved per turn, at most.")
+    rag_min_score: float = _var(
+        "TURNSTREAM_RAG_MIN_SCORE", 0.3, "Cosine similarity a passage needs to be used."
+    )
+    stale_turn_s: float = _var(
+        "TURNSTREAM_STALE_TURN_S",
+        600.0,
+        "A turn unanswered this long stops holding back its conversation's next turns.",
+    )
     # --- inference worker -------------------------------------------------------------------
     worker_id: str = _var("TURNSTREAM_WORKER_ID", "", "This worker's id (empty: random).")
     engine: str = _var("TURNSTREAM_ENGINE", "vllm", "Engine backend: vllm | fake.")
@@ -171,6 +192,11 @@ class Settings:
     @property
     def state_path(self) -> Path:
         return Path(self.state_dir)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a child process build the same settings (tests, benches)."""
+    return {f.metadata["env"]: str(getattr(settings, f.name)) for f in dataclasses.fields(Settings)}
 
 
 def _parse(name: str, raw: str, kind: type) -> Any:

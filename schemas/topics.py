@@ -40,6 +40,13 @@ TURNS_ENRICHED = TopicSpec(
     retention_ms=7 * DAY_MS,
     doc="Turns after preprocessing (transcripts, image tensors by reference), for inference.",
 )
+TURNS_ASSEMBLED = TopicSpec(
+    name="turns.assembled",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=7 * DAY_MS,
+    doc="Turns with their full prompt (history, profile, retrieved context), for inference.",
+)
 TURNS_COMPLETED = TopicSpec(
     name="turns.completed",
     partitions=8,
@@ -55,4 +62,10 @@ DEAD_LETTERS = TopicSpec(
     doc="Messages a consumer could not decode or handle, with the reason in headers; replayable.",
 )
 
-REGISTRY: tuple[TopicSpec, ...] = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_COMPLETED, DEAD_LETTERS)
+REGISTRY: tuple[TopicSpec, ...] = (
+    TURNS_SUBMITTED,
+    TURNS_ENRICHED,
+    TURNS_ASSEMBLED,
+    TURNS_COMPLETED,
+    DEAD_LETTERS,
+)

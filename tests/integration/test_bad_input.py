@@ -185,8 +185,7 @@ async def test_undecodable_and_duplicate_messages_on_the_topic(fake_pipeline):
     finally:
         await producer.stop()
         await pubsub.aclose()
-    history = await fake_pipeline.worker.service.history.load(turn.tenant_id, turn.conversation_id)
-    assert len(history) == 2  # both deliveries got an answer, generated once
+    assert fake_pipeline.engine.requests.count(turn.turn_id) == 1  # both answered, generated once
 
     found = await find_record(
         settings.kafka_bootstrap, f"{ns}.deadletters", lambda r: marker in r.value

@@ -1,5 +1,5 @@
-"""The main job's processes on the bundled SmolLM2: `python -m workers.inference` and
-`python -m ws_edge`, started as the stack starts them, answering a real question."""
+"""The main job's processes on the bundled SmolLM2, started as the stack starts them
+(`infra.stack.start_roles`): a typed question and a spoken follow-up, answered for real."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import pytest
 
 from infra.kafka.topics import ensure_topics
 from infra.models.smollm2 import default_model_dir
-from infra.stack import REPO, Child, free_port
+from infra.stack import REPO, free_port, start_roles, stop_roles
 from schemas.settings import Settings
+from tests.support.media import espeak_wav, words
 from ws_edge.auth import mint_token
-from ws_edge.client import EdgeClient
+from ws_edge.client import EdgeClient, audio_part
+from ws_edge.messages import InputTranscript
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
@@ -39,21 +41,19 @@ async def test_bundled_smollm2_answers_through_the_real_processes(services, sess
     }
     logs = services.state_path / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    worker = Child("inference worker", "workers.inference", logs / "test-smol-worker.log", env)
-    children = [worker]
+    spoken = espeak_wav("And the capital of Italy?")  # espeak + whisper tiny: clear enough
+    children = await asyncio.to_thread(start_roles, env, logs, log_prefix="test-smol-")
     try:
-        await asyncio.to_thread(worker.wait_ready, 300)
-        edge = Child("edge", "ws_edge", logs / "test-smol-edge.log", env)
-        children.append(edge)
-        await asyncio.to_thread(edge.wait_ready, 60)
         token = mint_token(Settings.from_env().auth_secret, "tester", "local")
         async with EdgeClient.connect(f"ws://127.0.0.1:{port}/", token) as client:
             first = await client.ask("geo", "What is the capital of France?", max_tokens=32)
-            second = await client.ask("geo", "And of Italy?", max_tokens=32)
+            turn_id = await client.start_turn("geo", "", parts=[audio_part(spoken)], max_tokens=32)
+            events = [e async for e in client.events(turn_id)]
     finally:
-        for child in reversed(children):
-            await asyncio.to_thread(child.stop)
+        await asyncio.to_thread(stop_roles, children)
+    heard, second = events[0], events[-1]
     assert "Paris" in first.text, first.text
+    assert isinstance(heard, InputTranscript) and "italy" in words(heard.text), heard
     assert "Rome" in second.text, second.text  # only answerable with the first turn in context
     assert first.model == "smollm2-135m-instruct"
     assert [c.process.returncode for c in children] == [0] * len(children)  # clean SIGTERM

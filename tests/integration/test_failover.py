@@ -13,7 +13,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from infra.kafka.topics import ensure_topics
 from schemas.settings import Settings
 from schemas.topics import TURNS_SUBMITTED
-from tests.support.stack import Pipeline
+from tests.support.kafka import completions_of
+from tests.support.stack import Pipeline, running_assembly
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.fake_engine import FakeEngine
 from workers.preprocess.app import run_preprocessor
@@ -52,6 +53,7 @@ async def test_a_turn_survives_its_worker_dying_mid_answer(services, session_nam
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     survivor_engine = FakeEngine(token_interval_s=0.005)
     async with (
+        running_assembly(settings),
         run_worker(settings, survivor_engine) as survivor,
         run_preprocessor(settings),
     ):
@@ -87,8 +89,7 @@ async def test_a_turn_survives_its_worker_dying_mid_answer(services, session_nam
     after = "".join(e.text for e in events[restart:] if isinstance(e, ResponseDelta))
     assert after == done.text and done.text.startswith("You said: tell me a long story")
     assert turn_id not in survivor_engine.aborted
-    history = await survivor.service.history.load("acme", conversation)
-    assert len(history) == 2  # answered once, by the survivor
+    assert await completions_of(settings, turn_id) == 1  # answered once, by the survivor
 
 
 def conversations_on_every_partition() -> list[str]:
@@ -110,6 +111,7 @@ async def test_a_rebalance_lets_in_flight_turns_finish_instead_of_answering_twic
     newcomer_engine = FakeEngine(token_interval_s=0.005)
     conversations = conversations_on_every_partition()  # whichever move, one has a turn
     async with (
+        running_assembly(settings),
         run_worker(settings, FakeEngine(token_interval_s=0.03)) as first,
         run_preprocessor(settings),
     ):
@@ -138,8 +140,8 @@ async def test_a_rebalance_lets_in_flight_turns_finish_instead_of_answering_twic
         assert ResponseRestarted not in kinds
         assert isinstance(events[-1], ResponseDone) and events[-1].finish_reason == "stop"
     assert newcomer_engine.requests == []  # nothing moved was answered a second time
-    for conversation in conversations:
-        assert len(await first.service.history.load("acme", conversation)) == 2
+    for turn_id in turn_ids:
+        assert await completions_of(settings, turn_id) == 1
 
 
 async def _collect(client: EdgeClient, turn_id: str) -> list:

@@ -12,7 +12,7 @@ import pytest
 from schemas.blobs import sha256_hex
 from schemas.codec import decode
 from schemas.events import FinishReason, TurnCompleted
-from tests.support.kafka import find_record
+from tests.support.kafka import assembled_prompt, find_record
 from tests.support.media import (
     bilevel_png,
     encode_image,
@@ -65,8 +65,8 @@ async def test_a_spoken_question_is_transcribed_then_answered(fake_pipeline, spo
     done = events[-1]
     assert isinstance(done, ResponseDone) and done.finish_reason == FinishReason.STOP
     assert "france" in words(done.text)  # the engine answered the transcript
-    history = await fake_pipeline.worker.service.history.load("acme", conversation)
-    assert "capital" in words(history[0].content)  # the history keeps what was said
+    prompt = await assembled_prompt(fake_pipeline.settings, turn_id)
+    assert "capital" in words(prompt.messages[-1].content)  # the model read what was said
 
 
 async def test_microphone_audio_streamed_in_pieces(fake_pipeline, spoken_question):

@@ -10,7 +10,7 @@ from schemas.codec import decode
 from schemas.events import FinishReason, Role, TurnCompleted
 from tests.integration.conftest import FAIL_TRIGGER
 from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import find_record
+from tests.support.kafka import assembled_prompt, completions_of, find_record
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
 
@@ -40,8 +40,13 @@ async def test_second_turn_sees_the_first(fake_pipeline):
         second = await client.ask(conversation, "second")
     assert first.text.endswith("(turn 1)")
     assert second.text.endswith("(turn 2)")  # the engine saw two user messages
-    history = await fake_pipeline.worker.service.history.load("acme", conversation)
-    assert [m.role for m in history] == [Role.USER, Role.ASSISTANT] * 2
+    prompt = await assembled_prompt(fake_pipeline.settings, second.turn_id)
+    assert [(m.role, m.content) for m in prompt.messages] == [
+        (Role.USER, "first"),
+        (Role.ASSISTANT, first.text),
+        (Role.USER, "second"),
+    ]
+    assert prompt.context.history_messages == 2 and prompt.context.dropped_messages == 0
 
 
 async def test_turns_of_one_conversation_are_answered_in_order(fake_pipeline):
@@ -67,7 +72,9 @@ async def test_cancel_aborts_generation_and_history_keeps_what_was_shown(fake_pi
     assert done.finish_reason == FinishReason.CANCELLED
     assert turn_id in fake_pipeline.engine.aborted
     assert done.text.startswith(shown) and len(done.text) < 200
-    history = await fake_pipeline.worker.service.history.load("acme", conversation)
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        after = await client.ask(conversation, "go on")
+    history = (await assembled_prompt(fake_pipeline.settings, after.turn_id)).messages[:-1]
     assert history[-1].role == Role.ASSISTANT and history[-1].content == done.text
 
 
@@ -97,8 +104,8 @@ async def test_retry_with_client_turn_id_is_answered_once(fake_pipeline):
         first = await client.ask(conversation, "idempotent", client_turn_id="retry-1")
         again = await client.ask(conversation, "idempotent", client_turn_id="retry-1")
     assert again.turn_id == first.turn_id and again.text == first.text
-    history = await fake_pipeline.worker.service.history.load("acme", conversation)
-    assert len(history) == 2  # generated and recorded once
+    assert fake_pipeline.engine.requests.count(first.turn_id) == 1  # generated once
+    assert await completions_of(fake_pipeline.settings, first.turn_id) == 1  # recorded once
 
 
 async def test_completed_turns_are_recorded_in_kafka(fake_pipeline):

@@ -5,7 +5,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from schemas.events import FinishReason, Timings, TurnCompleted, TurnSubmitted, Usage
+from schemas.events import (
+    FinishReason,
+    Timings,
+    TurnCompleted,
+    TurnEnriched,
+    TurnSubmitted,
+    Usage,
+)
 
 
 def submitted(turn_id: str = "t", **fields: Any) -> TurnSubmitted:
@@ -39,3 +46,9 @@ def completed(turn_id: str = "t", **fields: Any) -> TurnCompleted:
 def new_conversation_id() -> str:
     """A conversation nobody has used (tests share one namespace per session)."""
     return f"c-{uuid.uuid4().hex[:10]}"
+
+
+def enriched(turn_id: str = "t", text: str = "q", **fields: Any) -> TurnEnriched:
+    return TurnEnriched(
+        turn_id=turn_id, submitted=submitted(turn_id, text=text), text=text, **fields
+    )

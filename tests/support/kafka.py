@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from schemas.codec import decode
+from schemas.events import TurnAssembled
+from schemas.settings import Settings
+from schemas.topics import TURNS_ASSEMBLED, TURNS_COMPLETED
 
 
 async def find_record(
@@ -28,3 +33,50 @@ async def find_record(
                             return record
     finally:
         await consumer.stop()
+
+
+async def assembled_prompt(settings: Settings, turn_id: str) -> TurnAssembled:
+    """The prompt the engine was given for a turn (read back from `turns.assembled`)."""
+    record = await find_record(
+        settings.kafka_bootstrap,
+        TURNS_ASSEMBLED.full_name(settings.namespace),
+        lambda r: turn_id.encode() in r.value,
+    )
+    event = decode(record.value)
+    assert isinstance(event, TurnAssembled), event
+    return event
+
+
+async def records_so_far(
+    bootstrap: str, topic: str, match: Callable[[ConsumerRecord], bool]
+) -> list[ConsumerRecord]:
+    """Every record of `topic` up to its current end that `match` accepts."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
+        if not partitions:
+            await consumer._client.force_metadata_update()
+            partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(partitions)
+        ends = await consumer.end_offsets(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        found: list[ConsumerRecord] = []
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                found += [r for r in records if match(r)]
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def completions_of(settings: Settings, turn_id: str) -> int:
+    """How many times a turn was recorded in `turns.completed` (answered-once checks)."""
+    records = await records_so_far(
+        settings.kafka_bootstrap,
+        TURNS_COMPLETED.full_name(settings.namespace),
+        lambda r: turn_id.encode() in r.value,
+    )
+    return len(records)

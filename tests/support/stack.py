@@ -1,14 +1,18 @@
-"""An in-process pipeline for tests: a preprocessing worker, an inference worker (any engine)
-and an edge on port 0, in their own namespace on the real Kafka and Redis."""
+"""A pipeline for tests, in its own namespace on the real Kafka and Redis: the preprocessing
+worker, the inference worker (any engine) and an edge on port 0 in this process, the
+assembly job (a faust worker) as a child process, as in production."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from infra.kafka.topics import ensure_topics
-from schemas.settings import Settings
+from infra.stack import Child
+from schemas.settings import Settings, settings_env
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.engine import Engine
 from workers.preprocess.app import run_preprocessor
@@ -34,10 +38,44 @@ class Pipeline:
         return mint_token(self.settings.auth_secret, user, tenant)
 
 
+@contextlib.contextmanager
+def assembly_job(settings: Settings, **env: str) -> Iterator[Child]:
+    """The prompt-assembly job for the settings' namespace, running until the block ends."""
+    logs = settings.state_path / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    child_env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1", **env}
+    job = Child(
+        "assembly job",
+        "stream_jobs.assembly",
+        logs / f"assembly-{settings.namespace or 'default'}.log",
+        child_env,
+    )
+    try:
+        job.wait_ready(timeout_s=120)
+        yield job
+    finally:
+        job.stop()
+
+
+@contextlib.asynccontextmanager
+async def running_assembly(settings: Settings, **env: str) -> AsyncIterator[Child]:
+    """`assembly_job` without blocking the event loop while it starts and stops."""
+    cm = assembly_job(settings, **env)
+    job = await asyncio.to_thread(cm.__enter__)
+    try:
+        yield job
+    finally:
+        await asyncio.to_thread(cm.__exit__, None, None, None)
+
+
 @contextlib.asynccontextmanager
 async def pipeline(settings: Settings, engine: Engine) -> AsyncIterator[Pipeline]:
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
-    async with run_worker(settings, engine) as worker, run_preprocessor(settings) as preprocess:
+    async with (
+        running_assembly(settings),
+        run_worker(settings, engine) as worker,
+        run_preprocessor(settings) as preprocess,
+    ):
         edge = EdgeServer(settings)
         await edge.start()
         assert await edge.publisher.wait_connected(30), "edge could not reach Kafka"

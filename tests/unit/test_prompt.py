@@ -1,5 +1,5 @@
 from schemas.events import Message, Role
-from workers.inference.prompt import build_messages, fit_messages
+from workers.inference.prompt import fit_messages
 
 
 def words(messages) -> int:
@@ -13,7 +13,7 @@ def test_oldest_history_goes_first_and_persona_and_question_stay():
         Message(Role.USER, "c " * 10),
         Message(Role.ASSISTANT, "d " * 10),
     ]
-    messages = build_messages("be brief", history, "the question")
+    messages = [Message(Role.SYSTEM, "be brief"), *history, Message(Role.USER, "the question")]
     kept, dropped = fit_messages(messages, words, budget=15)
     assert dropped == 3
     assert [m.content.split()[0] for m in kept] == ["be", "d", "the"]
@@ -21,6 +21,6 @@ def test_oldest_history_goes_first_and_persona_and_question_stay():
 
 
 def test_an_oversized_question_is_left_for_the_engine_to_refuse():
-    messages = build_messages("", [Message(Role.USER, "old")], "x " * 50)
+    messages = [Message(Role.USER, "old"), Message(Role.USER, "x " * 50)]
     kept, dropped = fit_messages(messages, words, budget=10)
     assert kept == [messages[-1]] and dropped == 1

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from schemas.channels import RedisNames, redis_client
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
-from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TURNS_ENRICHED
+from schemas.topics import DEAD_LETTERS, TURNS_ASSEMBLED, TURNS_COMPLETED
 from workers.inference.engine import Engine
-from workers.inference.history import ConversationHistory
 from workers.inference.service import InferenceService, ServiceConfig
 from workers.runtime.consumer import ConsumerLoop
 from workers.runtime.kafka import make_consumer, make_producer
+from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
 from workers.runtime.running import RunningService, run_service
 
@@ -57,7 +57,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
     producer = make_producer(settings.kafka_bootstrap, worker_id)
     consumer = make_consumer(
         settings.kafka_bootstrap,
-        TURNS_ENRICHED.full_name(settings.namespace) + "." + CONSUMER_GROUP,
+        TURNS_ASSEMBLED.full_name(settings.namespace) + "." + CONSUMER_GROUP,
         worker_id,
         settings.fetch_max_wait_ms,
     )
@@ -67,17 +67,16 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         redis=redis,
         producer=producer,
         relay=relay,
-        history=ConversationHistory(
-            redis,
-            names,
-            max_messages=settings.history_max_messages,
-            ttl_s=settings.history_ttl_s,
+        outcomes=OutcomeRecorder(
+            redis=redis,
+            producer=producer,
+            relay=relay,
+            names=names,
+            completed_topic=TURNS_COMPLETED.full_name(settings.namespace),
         ),
         names=names,
         config=ServiceConfig(
             worker_id=worker_id,
-            completed_topic=TURNS_COMPLETED.full_name(settings.namespace),
-            system_prompt=settings.system_prompt,
             max_queued_per_conversation=settings.max_queued_per_conversation,
         ),
         clock_ms=now_ms,
@@ -86,7 +85,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         consumer,
         producer,
         service.handle,
-        topics=[TURNS_ENRICHED.full_name(settings.namespace)],
+        topics=[TURNS_ASSEMBLED.full_name(settings.namespace)],
         deadletter_topic=DEAD_LETTERS.full_name(settings.namespace),
         max_inflight=settings.max_inflight_turns,
         on_failure=service.fail_turn,

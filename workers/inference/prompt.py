@@ -1,31 +1,11 @@
-"""Prompt messages of a turn: system persona, the conversation so far, the new question."""
+"""The engine's last line of defence on prompt length (the assembly job fits the history
+by its own count; the engine's exact count can still differ by the template's tokens)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
 from schemas.events import Message, Role
-
-
-def build_messages(system_prompt: str, history: Sequence[Message], text: str) -> list[Message]:
-    messages = [Message(Role.SYSTEM, system_prompt)] if system_prompt else []
-    messages.extend(history)
-    messages.append(Message(Role.USER, text))
-    return messages
-
-
-def with_image_placeholders(text: str, image_count: int) -> str:
-    """The user's text as the model reads it: `<image_N>` for each image, then the query."""
-    placeholders = [f"<image_{n}>" for n in range(1, image_count + 1)]
-    return "\n".join([*placeholders, text]) if placeholders else text
-
-
-def history_after(turn_text: str, answer: str) -> list[Message]:
-    """What a finished turn adds to the history: the question and the answer the user got."""
-    added = [Message(Role.USER, turn_text)]
-    if answer:
-        added.append(Message(Role.ASSISTANT, answer))
-    return added
 
 
 def fit_messages(

@@ -1,10 +1,10 @@
 """The inference service: one turn from Kafka to tokens on the edge's Redis channel.
 
-Per turn: skip it if already answered (redelivery) or cancelled; wait for earlier turns of
-the same conversation (they share a partition, so they are here); build the prompt from the
-history; stream the engine's deltas to the edge; then record the outcome — relay the
-`turn.completed`, publish it to Kafka `turns.completed`, extend the history, mark it done.
-Every turn ends in exactly one `turn.completed` (stop, length, cancelled or error).
+Per turn (`turns.assembled`: the prompt is already built): skip it if already answered
+(redelivery) or cancelled; wait for earlier turns of the same conversation (they share a
+partition, so they are here); stream the engine's deltas to the edge; then record the
+outcome — publish it to Kafka `turns.completed`, mark it done, relay it to the edge. Every turn
+ends in exactly one `turn.completed` (stop, length, cancelled or error).
 
 Cancellation: the control channel names a turn; if this worker runs it, its generation
 task is cancelled, which aborts the request inside the engine.
@@ -15,37 +15,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-import msgspec
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from schemas.channels import RedisNames
-from schemas.codec import decode, encode
+from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import (
     AnyEvent,
     ErrorInfo,
     FinishReason,
-    ImageInput,
     TokenChunk,
+    TurnAssembled,
     TurnCancelled,
     TurnCompleted,
-    TurnEnriched,
     TurnStarted,
     TurnSubmitted,
 )
 from workers.inference.engine import Engine, EngineError, GenerationRequest
-from workers.inference.history import ConversationHistory
 from workers.inference.progress import TurnProgress
-from workers.inference.prompt import build_messages, history_after, with_image_placeholders
 from workers.runtime.keyed_locks import KeyedLocks
-from workers.runtime.outcome import DONE_TTL_S
+from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
-from workers.runtime.retry import retry_transient
 
 log = logging.getLogger("turnstream.inference")
 
@@ -53,8 +48,6 @@ log = logging.getLogger("turnstream.inference")
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     worker_id: str
-    completed_topic: str
-    system_prompt: str
     max_queued_per_conversation: int = 8
 
 
@@ -66,7 +59,7 @@ class InferenceService:
         redis: Redis,
         producer: AIOKafkaProducer,
         relay: RelayPublisher,
-        history: ConversationHistory,
+        outcomes: OutcomeRecorder,
         names: RedisNames,
         config: ServiceConfig,
         clock_ms: Callable[[], float],
@@ -75,7 +68,7 @@ class InferenceService:
         self.redis = redis
         self.producer = producer
         self.relay = relay
-        self.history = history
+        self.outcomes = outcomes
         self.names = names
         self.config = config
         self.clock_ms = clock_ms
@@ -85,9 +78,7 @@ class InferenceService:
 
     # ---- entry points --------------------------------------------------------------------
     async def handle(self, event: AnyEvent) -> None:
-        if isinstance(event, TurnEnriched):
-            await self.run_turn(_as_model_turn(event), event.images)
-        elif isinstance(event, TurnSubmitted):  # straight from the edge (no preprocessing)
+        if isinstance(event, TurnAssembled):
             await self.run_turn(event)
         else:
             log.warning("ignoring %s on the turns topic", type(event).__name__)
@@ -135,7 +126,11 @@ class InferenceService:
                 await pubsub.aclose()
 
     # ---- one turn ------------------------------------------------------------------------
-    async def run_turn(self, turn: TurnSubmitted, images: Sequence[ImageInput] = ()) -> None:
+    async def run_turn(self, assembled: TurnAssembled) -> None:
+        turn = assembled.submitted
+        if assembled.error is not None:  # refused upstream: close it, generate nothing
+            await self._finish(TurnProgress(turn), FinishReason.ERROR, assembled.error)
+            return
         held = self._conversations.users(turn.conversation_id)
         if held >= self.config.max_queued_per_conversation:
             await self._refuse_busy(turn, held)
@@ -145,8 +140,7 @@ class InferenceService:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.get(self.names.done_key(turn.turn_id))
                 pipe.exists(self.names.cancelled_key(turn.turn_id))
-                self.history.queue_load(pipe, turn.tenant_id, turn.conversation_id)
-                recorded, cancelled, raw_history = await pipe.execute()
+                recorded, cancelled = await pipe.execute()
             if recorded is not None and await self._replay(turn, recorded):
                 return  # inside the lock: a duplicate waits for the original, then replays
             progress = TurnProgress(turn)
@@ -154,12 +148,11 @@ class InferenceService:
             if cancelled:
                 await self._finish(progress, FinishReason.CANCELLED)
                 return
-            history = self.history.parse(raw_history)
             request = GenerationRequest(
                 request_id=turn.turn_id,
-                messages=build_messages(self.config.system_prompt, history, turn.text),
+                messages=assembled.messages,
                 decoding=turn.decoding,
-                images=images,
+                images=assembled.images,
             )
             progress.started_at_ms = self.clock_ms()
             self.relay.publish(
@@ -247,36 +240,8 @@ class InferenceService:
             error=error,
         )
         # Record first, tell the client last: once it sees `response.done`, the outcome is
-        # durable in Kafka and the history, so its next turn sees this one.
-        await self._record(completed, turn)
-        await self.relay.publish_confirmed(self.names.edge_channel(turn.edge_id), completed)
-
-    async def _record(self, completed: TurnCompleted, turn: TurnSubmitted) -> None:
-        """Kafka `turns.completed`, then history + outcome in one conditional Redis step, so
-        a retry after a failure (even one where Redis applied the step but the reply was
-        lost) never appends the history twice. Each part is retried on its own."""
-        payload = encode(completed)
-        key = turn.conversation_id.encode()
-        topic = self.config.completed_topic
-        await retry_transient(
-            "publishing turns.completed", lambda: self.producer.send_and_wait(topic, payload, key)
-        )
-        added = (
-            history_after(turn.text, completed.text)
-            if completed.finish_reason != FinishReason.ERROR
-            else []
-        )
-        await retry_transient(
-            "recording the outcome",
-            lambda: self.history.record_outcome(
-                turn.tenant_id,
-                turn.conversation_id,
-                added,
-                done_key=self.names.done_key(turn.turn_id),
-                outcome=payload,
-                done_ttl_s=DONE_TTL_S,
-            ),
-        )
+        # durable in Kafka (the assembly job adds it to the history from there).
+        await self.outcomes.record(completed, turn.edge_id)
 
     async def _refuse_busy(self, turn: TurnSubmitted, held: int) -> None:
         """Answer at once (retryable error) instead of queueing behind `held` turns of the
@@ -288,20 +253,11 @@ class InferenceService:
     async def fail_turn(self, event: AnyEvent, reason: str) -> None:
         """Last resort when handling a turn failed unexpectedly: the client still gets a
         `response.done` (finish_reason error) instead of waiting forever."""
-        if isinstance(event, TurnEnriched):
-            event = _as_model_turn(event)
-        if not isinstance(event, TurnSubmitted):
+        if not isinstance(event, TurnAssembled):
             return
-        progress = TurnProgress(event)
+        progress = TurnProgress(event.submitted)
         error = ErrorInfo("internal_error", f"the turn failed: {reason}"[:500], retryable=True)
         await self._finish(progress, FinishReason.ERROR, error)
-
-
-def _as_model_turn(enriched: TurnEnriched) -> TurnSubmitted:
-    """The turn with its text as the model reads it (transcript, image placeholders): that
-    is also what the history keeps, so later turns can refer back to it."""
-    text = with_image_placeholders(enriched.text, len(enriched.images))
-    return msgspec.structs.replace(enriched.submitted, text=text)
 
 
 async def _aiter(stream):

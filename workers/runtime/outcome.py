@@ -1,8 +1,9 @@
-"""Ending a turn with an error before it reaches the engine (preprocessing, admission).
+"""Recording how a turn ended, the same way for every stage that can end one.
 
-Same contract as the inference worker's ending: the outcome is durable (Kafka
-`turns.completed`, the done marker) before the client hears of it, and a turn ends once:
-when it already has an outcome, that outcome is relayed instead of the new error.
+The outcome is durable (Kafka `turns.completed`, then the done marker in Redis) before the
+client hears of it, and a turn ends once: when it already has a final outcome (a redelivery
+raced), that outcome is relayed instead; only a retryable error may be replaced.
+`error_outcome` builds the ending of a turn that failed before reaching the engine.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def error_outcome(
     )
 
 
+def _retryable(completed: TurnCompleted) -> bool:
+    return completed.error is not None and completed.error.retryable
+
+
 class OutcomeRecorder:
     def __init__(
         self,
@@ -71,10 +76,16 @@ class OutcomeRecorder:
             "recording the outcome",
             lambda: self._redis.set(done_key, payload, ex=DONE_TTL_S, nx=True),
         )
-        if not stored:  # answered before (a redelivery): the first outcome stands
+        if not stored:  # answered before (a redelivery): a final outcome stands
             earlier = await retry_transient("reading it", lambda: self._redis.get(done_key))
+            event = None
             with contextlib.suppress(DecodeError):
                 event = decode(earlier) if earlier is not None else None
-                if isinstance(event, TurnCompleted):
-                    completed = event
+            if isinstance(event, TurnCompleted) and not _retryable(event):
+                completed = event
+            else:  # a retryable error is not final: this attempt's outcome replaces it
+                await retry_transient(
+                    "recording the outcome",
+                    lambda: self._redis.set(done_key, payload, ex=DONE_TTL_S),
+                )
         await self._relay.publish_confirmed(self._names.edge_channel(edge_id), completed)

@@ -1,0 +1,244 @@
+"""The assembly job: faust agent over `turns.enriched` + `turns.completed`, one table.
+
+Both topics are keyed by conversation and have the same partition count, so one agent sees a
+conversation's turns and completions in order on one partition, and the table row of that
+conversation lives with them (its changelog partition is the events' partition). Processing
+is at-least-once: a redelivered event finds its effect in the table and is not applied twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import faust
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from schemas.channels import RedisNames, redis_client
+from schemas.codec import decode, encode
+from schemas.errors import DecodeError
+from schemas.events import ErrorInfo, PromptContext, TurnAssembled, TurnCompleted, TurnEnriched
+from schemas.ids import now_ms
+from schemas.settings import Settings
+from schemas.topics import DEAD_LETTERS, TURNS_ASSEMBLED, TURNS_COMPLETED, TURNS_ENRICHED
+from stream_jobs.assembly.prompt import Passage, assemble, with_image_placeholders
+from stream_jobs.assembly.retrieval import Retriever
+from stream_jobs.assembly.state import (
+    ConversationState,
+    Decision,
+    HistoryLimits,
+    decode_state,
+    encode_state,
+    on_completed,
+    on_enriched,
+    on_stale,
+)
+from stream_jobs.assembly.tokens import TokenCounter
+
+log = logging.getLogger("turnstream.assembly")
+
+MAX_PROFILE_CHARS = 1000
+PROFILE_TIMEOUT_S = 0.2  # a slow profile store costs the turn its profile, not its latency
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblyConfig:
+    persona: str
+    max_model_len: int
+    max_held: int
+    stale_after_ms: float
+    history: HistoryLimits
+    rag_top_k: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AssemblyConfig:
+        return cls(
+            persona=settings.system_prompt,
+            max_model_len=settings.max_model_len,
+            max_held=settings.max_queued_per_conversation,
+            stale_after_ms=settings.stale_turn_s * 1000,
+            history=HistoryLimits(settings.history_max_messages, settings.history_max_chars),
+            rag_top_k=settings.rag_top_k,
+        )
+
+
+def create_app(settings: Settings) -> faust.App:
+    app_id = f"{settings.namespace}.assembly" if settings.namespace else "assembly"
+    return faust.App(
+        app_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="memory://",  # the changelog topic is the durable copy; rebuilt on start
+        web_enabled=False,  # faust's web server would bind 0.0.0.0:6066
+        topic_partitions=TURNS_ENRICHED.partitions,
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        processing_guarantee="at_least_once",
+        key_serializer="raw",  # keys and values are our own bytes (schemas.codec)
+        value_serializer="raw",
+    )
+
+
+class AssemblyJob:
+    def __init__(
+        self,
+        app: faust.App,
+        settings: Settings,
+        *,
+        count_tokens: TokenCounter,
+        retriever: Retriever | None,
+    ) -> None:
+        ns = settings.namespace
+        self.app = app
+        self.config = AssemblyConfig.from_settings(settings)
+        self.count_tokens = count_tokens
+        self.retriever = retriever
+        self.names = RedisNames.for_namespace(ns)
+        self._redis_url = settings.redis_url
+        self._redis: Redis | None = None
+        self.source = app.topic(TURNS_ENRICHED.full_name(ns), TURNS_COMPLETED.full_name(ns))
+        self.assembled = app.topic(TURNS_ASSEMBLED.full_name(ns))
+        self.deadletters = app.topic(DEAD_LETTERS.full_name(ns))
+        self.table = app.Table("conversations", partitions=TURNS_ENRICHED.partitions)
+        self.truncated_turns = 0
+        app.agent(self.source, name="assemble")(self._consume)
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:  # created on the worker's loop, at first use
+            self._redis = redis_client(self._redis_url)
+        return self._redis
+
+    async def _consume(self, stream: faust.Stream) -> None:
+        async for event in stream.events():
+            payload = event.value
+            try:
+                parsed = decode(payload)
+            except DecodeError as err:
+                await self._dead_letter(payload, event.message.topic, err)
+                continue
+            if isinstance(parsed, TurnEnriched):
+                await self._on_enriched(parsed)
+            elif isinstance(parsed, TurnCompleted):
+                await self._on_completed(parsed)
+
+    # ---- transitions -----------------------------------------------------------------------
+    async def _on_enriched(self, turn: TurnEnriched) -> None:
+        key = _key(turn.submitted.tenant_id, turn.submitted.conversation_id)
+        state = decode_state(self.table.get(key))
+        now = now_ms()
+        stale = on_stale(state, now_ms=now, stale_after_ms=self.config.stale_after_ms)
+        decision = on_enriched(state, turn, now_ms=now, max_held=self.config.max_held)
+        await self._carry_out(key, state, _merge(stale, decision))
+
+    async def _on_completed(self, completed: TurnCompleted) -> None:
+        key = _key(completed.tenant_id, completed.conversation_id)
+        raw = self.table.get(key)
+        if raw is None:
+            return  # ended before assembly, in a conversation assembly never saw
+        state = decode_state(raw)
+        user_text = ""
+        if state.in_flight is not None and state.in_flight.turn_id == completed.turn_id:
+            user_text = _query(state.in_flight)
+        decision = on_completed(
+            state,
+            completed,
+            user_text=user_text,
+            count_tokens=self.count_tokens,
+            limits=self.config.history,
+            now_ms=now_ms(),
+        )
+        await self._carry_out(key, state, decision)
+
+    async def _carry_out(self, key: bytes, state: ConversationState, decision: Decision) -> None:
+        for turn in decision.release:
+            await self._emit(turn, state)
+        for turn, error in decision.refuse:
+            await self._refuse(turn, error)
+        self.table[key] = encode_state(state)
+
+    # ---- assembly --------------------------------------------------------------------------
+    async def _emit(self, turn: TurnEnriched, state: ConversationState) -> None:
+        submitted = turn.submitted
+        query = _query(turn)
+        profile, passages = await asyncio.gather(
+            self._profile(submitted.tenant_id, submitted.user_id), self._retrieve(turn.text)
+        )
+        answer_room = min(submitted.decoding.max_tokens, self.config.max_model_len // 2)
+        messages, context = assemble(
+            persona=self.config.persona,
+            profile=profile,
+            passages=passages,
+            history=state.messages,
+            query=query,
+            budget_tokens=self.config.max_model_len - answer_room,
+            count_tokens=self.count_tokens,
+        )
+        state.turns += 1
+        if context.dropped_messages:
+            state.truncated_turns += 1
+            self.truncated_turns += 1
+        assembled = TurnAssembled(
+            turn_id=turn.turn_id,
+            submitted=submitted,
+            messages=messages,
+            context=context,
+            assembled_at_ms=now_ms(),
+            images=turn.images,
+            preprocess_ms=turn.preprocess_ms,
+        )
+        await self._send(assembled)
+
+    async def _refuse(self, turn: TurnEnriched, error: ErrorInfo) -> None:
+        """Refusals travel the same way (inference ends the turn without generating)."""
+        context = PromptContext(history_messages=0, dropped_messages=0, prompt_tokens=0)
+        refused = TurnAssembled(
+            turn_id=turn.turn_id,
+            submitted=turn.submitted,
+            messages=[],
+            context=context,
+            assembled_at_ms=now_ms(),
+            error=error,
+        )
+        await self._send(refused)
+
+    async def _send(self, assembled: TurnAssembled) -> None:
+        key = assembled.submitted.conversation_id.encode()
+        await self.assembled.send(key=key, value=encode(assembled))
+
+    async def _profile(self, tenant_id: str, user_id: str) -> str:
+        try:
+            async with asyncio.timeout(PROFILE_TIMEOUT_S):
+                raw = await self.redis.get(self.names.profile_key(tenant_id, user_id))
+        except (RedisError, TimeoutError) as err:
+            log.warning("profile of %s/%s unavailable: %r", tenant_id, user_id, err)
+            return ""
+        return raw.decode(errors="replace")[:MAX_PROFILE_CHARS] if raw else ""
+
+    async def _retrieve(self, text: str) -> list[Passage]:
+        if self.retriever is None or not text.strip():
+            return []
+        return await asyncio.to_thread(self.retriever.search, text, self.config.rag_top_k)
+
+    async def _dead_letter(self, payload: bytes, topic: str, err: DecodeError) -> None:
+        log.warning("dead-lettering a message from %s: %s", topic, err)
+        headers = {
+            "source_topic": topic.encode(),
+            "error_code": err.code.encode(),
+            "error": str(err)[:500].encode(),
+        }
+        await self.deadletters.send(key=topic.encode(), value=payload, headers=headers)
+
+
+def _key(tenant_id: str, conversation_id: str) -> bytes:
+    """Tenants never share a conversation row (tenant ids hold no '/')."""
+    return f"{tenant_id}/{conversation_id}".encode()
+
+
+def _query(turn: TurnEnriched) -> str:
+    return with_image_placeholders(turn.text, len(turn.images))
+
+
+def _merge(first: Decision, second: Decision) -> Decision:
+    return Decision(first.release + second.release, first.refuse + second.refuse)

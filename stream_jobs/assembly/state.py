@@ -1,0 +1,143 @@
+"""A conversation's state in the assembly table, and its transitions (pure: no faust here).
+
+One turn per conversation is in flight at a time: a turn that arrives while another is being
+answered waits here until that one's `turn.completed` has added it to the history, so every
+prompt contains the turns before it, in order. The state is one msgspec value per
+conversation; the table's changelog makes it survive restarts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from schemas.events import ErrorInfo, FinishReason, Role, TurnCompleted, TurnEnriched
+
+RECENT_TURNS = 32  # answered turn ids remembered, to recognise redeliveries
+
+
+class StoredMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    role: Role
+    content: str
+    tokens: int  # counted once, when stored, with the served model's tokenizer
+
+
+class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
+    messages: list[StoredMessage] = []
+    in_flight: TurnEnriched | None = None
+    in_flight_since_ms: float = 0.0
+    waiting: list[TurnEnriched] = []
+    recent: list[str] = []
+    turns: int = 0
+    truncated_turns: int = 0  # prompts that had to drop history to fit the context
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(ConversationState)
+
+
+def encode_state(state: ConversationState) -> bytes:
+    return _encoder.encode(state)
+
+
+def decode_state(raw: bytes | None) -> ConversationState:
+    return ConversationState() if raw is None else _decoder.decode(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryLimits:
+    max_messages: int = 40
+    max_chars: int = 200_000  # keeps one changelog record well under Kafka's 1 MB
+
+
+@dataclass(slots=True)
+class Decision:
+    """What to do after a transition: turns to assemble now, turns to refuse."""
+
+    release: list[TurnEnriched] = field(default_factory=list)
+    refuse: list[tuple[TurnEnriched, ErrorInfo]] = field(default_factory=list)
+
+
+def on_enriched(
+    state: ConversationState, turn: TurnEnriched, *, now_ms: float, max_held: int
+) -> Decision:
+    """`max_held`: turns of the conversation held at once (in flight + waiting); more are
+    refused as `conversation_busy` (retryable), so a flood waits on the client, not here."""
+    turn_id = turn.turn_id
+    if turn_id in state.recent:  # answered already: inference replays the recorded outcome
+        return Decision(release=[turn])
+    if state.in_flight is not None and state.in_flight.turn_id == turn_id:
+        return Decision(release=[turn])  # redelivered while in flight: inference dedupes
+    if any(w.turn_id == turn_id for w in state.waiting):
+        return Decision()
+    if state.in_flight is None:
+        state.in_flight, state.in_flight_since_ms = turn, now_ms
+        return Decision(release=[turn])
+    if 1 + len(state.waiting) >= max_held:
+        held = 1 + len(state.waiting)
+        message = f"{held} turns of this conversation are already queued; retry later"
+        return Decision(refuse=[(turn, ErrorInfo("conversation_busy", message, True))])
+    state.waiting.append(turn)
+    return Decision()
+
+
+def on_completed(
+    state: ConversationState,
+    completed: TurnCompleted,
+    *,
+    user_text: str,
+    count_tokens,
+    limits: HistoryLimits,
+    now_ms: float,
+) -> Decision:
+    """The in-flight turn ended: record it (unless it failed), then release the next one.
+    `user_text` is the query as the model read it (transcript, image placeholders)."""
+    if completed.turn_id in state.recent:
+        return Decision()  # a duplicate of turns.completed
+    _remember(state, completed.turn_id)
+    if state.in_flight is None or state.in_flight.turn_id != completed.turn_id:
+        # Ended before assembly (bad media, refused): nothing to add, nothing to release.
+        state.waiting = [w for w in state.waiting if w.turn_id != completed.turn_id]
+        return Decision()
+    if completed.finish_reason != FinishReason.ERROR:
+        state.messages.append(StoredMessage(Role.USER, user_text, count_tokens(user_text)))
+        if completed.text:
+            state.messages.append(
+                StoredMessage(Role.ASSISTANT, completed.text, count_tokens(completed.text))
+            )
+        _trim(state, limits)
+    return _release_next(state, now_ms)
+
+
+def on_stale(state: ConversationState, *, now_ms: float, stale_after_ms: float) -> Decision:
+    """Safety valve: an in-flight turn whose completion never came stops blocking the
+    conversation after `stale_after_ms` (its answer, if it ever comes, is not recorded)."""
+    if state.in_flight is None or now_ms - state.in_flight_since_ms < stale_after_ms:
+        return Decision()
+    _remember(state, state.in_flight.turn_id)
+    return _release_next(state, now_ms)
+
+
+def _release_next(state: ConversationState, now_ms: float) -> Decision:
+    state.in_flight = None
+    if not state.waiting:
+        return Decision()
+    state.in_flight, state.in_flight_since_ms = state.waiting.pop(0), now_ms
+    return Decision(release=[state.in_flight])
+
+
+def _remember(state: ConversationState, turn_id: str) -> None:
+    state.recent.append(turn_id)
+    del state.recent[:-RECENT_TURNS]
+
+
+def _trim(state: ConversationState, limits: HistoryLimits) -> None:
+    """Oldest messages go first; whole turns, so history never opens with an answer."""
+    while state.messages and (
+        len(state.messages) > limits.max_messages
+        or sum(len(m.content) for m in state.messages) > limits.max_chars
+    ):
+        del state.messages[0]
+        while state.messages and state.messages[0].role == Role.ASSISTANT:
+            del state.messages[0]

@@ -1,0 +1,120 @@
+"""The assembly table's transitions: one turn in flight per conversation, history from
+completions, redeliveries recognised, floods refused, stale turns released."""
+
+from __future__ import annotations
+
+from schemas.events import FinishReason, ImageInput, Role
+from stream_jobs.assembly.state import (
+    ConversationState,
+    HistoryLimits,
+    StoredMessage,
+    decode_state,
+    encode_state,
+    on_completed,
+    on_enriched,
+    on_stale,
+)
+from tests.support.factories import completed, enriched
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def enrich(state, turn, now=0.0, max_held=8):
+    return on_enriched(state, turn, now_ms=now, max_held=max_held)
+
+
+DEFAULT_LIMITS = HistoryLimits()
+
+
+def complete(state, done, user_text="q", limits=DEFAULT_LIMITS, now=0.0):
+    return on_completed(
+        state, done, user_text=user_text, count_tokens=words, limits=limits, now_ms=now
+    )
+
+
+def test_a_turn_waits_for_the_one_in_flight_and_sees_it_in_history():
+    state = ConversationState()
+    first, second = enriched("t1", "first"), enriched("t2", "second")
+    assert enrich(state, first).release == [first]
+    assert enrich(state, second).release == []  # waits: its prompt must contain t1
+    decision = complete(state, completed("t1", text="one two"), user_text="first")
+    assert decision.release == [second]
+    assert [(m.role, m.content, m.tokens) for m in state.messages] == [
+        (Role.USER, "first", 1),
+        (Role.ASSISTANT, "one two", 2),
+    ]
+    assert state.in_flight == second
+
+
+def test_redeliveries_are_recognised():
+    state = ConversationState()
+    first, second = enriched("t1"), enriched("t2")
+    enrich(state, first)
+    enrich(state, second)
+    assert enrich(state, first).release == [first]  # in flight: inference dedupes it
+    assert enrich(state, second).release == []  # already waiting: not twice
+    assert len(state.waiting) == 1
+    complete(state, completed("t1"))
+    assert complete(state, completed("t1")).release == []  # duplicate completion
+    assert len(state.messages) == 2
+    complete(state, completed("t2"))
+    assert enrich(state, first).release == [first]  # answered: inference replays it
+    assert state.in_flight is None and len(state.messages) == 4
+
+
+def test_failed_turns_add_nothing_but_release_the_next():
+    state = ConversationState()
+    enrich(state, enriched("t1"))
+    enrich(state, enriched("t2"))
+    decision = complete(state, completed("t1", finish_reason=FinishReason.ERROR))
+    assert [t.turn_id for t in decision.release] == ["t2"] and state.messages == []
+
+
+def test_a_turn_that_ended_before_assembly_changes_nothing():
+    state = ConversationState()
+    enrich(state, enriched("t1"))
+    assert complete(state, completed("bad-media", finish_reason=FinishReason.ERROR)).release == []
+    assert state.in_flight is not None and state.in_flight.turn_id == "t1"
+
+
+def test_a_flood_is_refused_with_a_retryable_busy_error():
+    state = ConversationState()
+    enrich(state, enriched("t1"), max_held=2)
+    assert enrich(state, enriched("t2"), max_held=2).refuse == []
+    [(turn, error)] = enrich(state, enriched("t3"), max_held=2).refuse
+    assert turn.turn_id == "t3" and error.code == "conversation_busy" and error.retryable
+
+
+def test_a_stale_turn_stops_blocking_its_conversation():
+    state = ConversationState()
+    enrich(state, enriched("t1"), now=0)
+    enrich(state, enriched("t2"), now=1)
+    assert on_stale(state, now_ms=500, stale_after_ms=1000).release == []
+    assert [t.turn_id for t in on_stale(state, now_ms=1500, stale_after_ms=1000).release] == ["t2"]
+    assert complete(state, completed("t1")).release == []  # too late: not recorded
+    assert state.messages == []
+
+
+def test_history_is_trimmed_by_whole_turns():
+    state = ConversationState()
+    limits = HistoryLimits(max_messages=4, max_chars=10_000)
+    for i in range(4):
+        enrich(state, enriched(f"t{i}"))
+        complete(state, completed(f"t{i}", text=f"a{i}"), user_text=f"q{i}", limits=limits)
+    assert [m.content for m in state.messages] == ["q2", "a2", "q3", "a3"]
+    by_chars = HistoryLimits(max_messages=100, max_chars=5)
+    enrich(state, enriched("t9"))
+    complete(state, completed("t9", text="answer"), user_text="q9", limits=by_chars)
+    assert [m.content for m in state.messages] == []  # one turn alone is over 5 chars
+
+
+def test_state_round_trips_through_the_changelog_encoding():
+    state = ConversationState()
+    image = ImageInput(sha256="ab", tensor_key="px:ab", width=1, height=2, num_patches=576)
+    enrich(state, enriched("t1", images=[image]))
+    enrich(state, enriched("t2"))
+    state.messages.append(StoredMessage(Role.USER, "hi", 1))
+    assert decode_state(encode_state(state)) == state
+    assert decode_state(None) == ConversationState()
