@@ -75,7 +75,7 @@ def create_app(settings: Settings) -> faust.App:
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
         processing_guarantee="at_least_once",
-        key_serializer="raw",  # keys and values are our own bytes (schemas.codec)
+        key_serializer="raw",  # keys and values are our own bytes (schemas.codec, state.py)
         value_serializer="raw",
     )
 
@@ -100,7 +100,13 @@ class AssemblyJob:
         self.source = app.topic(TURNS_ENRICHED.full_name(ns), TURNS_COMPLETED.full_name(ns))
         self.assembled = app.topic(TURNS_ASSEMBLED.full_name(ns))
         self.deadletters = app.topic(DEAD_LETTERS.full_name(ns))
-        self.table = app.Table("conversations", partitions=TURNS_ENRICHED.partitions)
+        # bytes → raw changelog serializers (faust's json default cannot read our rows back)
+        self.table = app.Table(
+            "conversations",
+            partitions=TURNS_ENRICHED.partitions,
+            key_type=bytes,
+            value_type=bytes,
+        )
         self.truncated_turns = 0
         app.agent(self.source, name="assemble")(self._consume)
 

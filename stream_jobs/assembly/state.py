@@ -8,11 +8,14 @@ conversation; the table's changelog makes it survive restarts.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import msgspec
 
 from schemas.events import ErrorInfo, FinishReason, Role, TurnCompleted, TurnEnriched
+
+log = logging.getLogger("turnstream.assembly")
 
 RECENT_TURNS = 32  # answered turn ids remembered, to recognise redeliveries
 
@@ -42,7 +45,15 @@ def encode_state(state: ConversationState) -> bytes:
 
 
 def decode_state(raw: bytes | None) -> ConversationState:
-    return ConversationState() if raw is None else _decoder.decode(raw)
+    """A row this build cannot read (written by an incompatible version) starts afresh, with
+    an error in the log: losing one conversation's history beats stopping every one."""
+    if raw is None:
+        return ConversationState()
+    try:
+        return _decoder.decode(raw)
+    except msgspec.DecodeError as err:
+        log.error("unreadable conversation state (%s); starting it afresh", err)
+        return ConversationState()
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,10 +69,13 @@ async def running_assembly(settings: Settings, **env: str) -> AsyncIterator[Chil
 
 
 @contextlib.asynccontextmanager
-async def pipeline(settings: Settings, engine: Engine) -> AsyncIterator[Pipeline]:
+async def pipeline(
+    settings: Settings, engine: Engine, *, with_assembly: bool = True
+) -> AsyncIterator[Pipeline]:
+    """`with_assembly=False`: the caller runs (and restarts) the assembly job itself."""
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     async with (
-        running_assembly(settings),
+        running_assembly(settings) if with_assembly else contextlib.nullcontext(),
         run_worker(settings, engine) as worker,
         run_preprocessor(settings) as preprocess,
     ):

@@ -118,3 +118,7 @@ def test_state_round_trips_through_the_changelog_encoding():
     state.messages.append(StoredMessage(Role.USER, "hi", 1))
     assert decode_state(encode_state(state)) == state
     assert decode_state(None) == ConversationState()
+
+
+def test_an_unreadable_row_starts_afresh_instead_of_stopping_the_job():
+    assert decode_state(b'{"messages": "not a list"}') == ConversationState()
