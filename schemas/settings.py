@@ -154,6 +154,22 @@ class Settings:
         "answered `conversation_busy` (retryable), so one flooded conversation cannot take "
         "all of a worker's slots.",
     )
+    image_cache_bytes: int = _var(
+        "TURNSTREAM_IMAGE_CACHE_BYTES",
+        256 * 1024 * 1024,
+        "Pixel tensors an inference worker keeps for repeated images (LRU).",
+    )
+    image_cache_user_bytes: int = _var(
+        "TURNSTREAM_IMAGE_CACHE_USER_BYTES",
+        16 * 1024 * 1024,
+        "Share of the image cache one user may fill (their own oldest entries go first).",
+    )
+    max_prefill_images: int = _var(
+        "TURNSTREAM_MAX_PREFILL_IMAGES",
+        2,
+        "Images in prefill at once per worker; more wait, so decode steps of other streams "
+        "are not stalled by a burst of image requests (0: no limit).",
+    )
     history_max_messages: int = _var(
         "TURNSTREAM_HISTORY_MAX_MESSAGES", 20, "Messages of history kept per conversation."
     )

@@ -24,7 +24,7 @@ from tests.support.media import (
     words,
 )
 from workers.preprocess.audio_decode import decode_audio
-from workers.preprocess.images import tensor_from_bytes
+from workers.runtime.tensors import tensor_from_bytes
 from ws_edge.client import EdgeClient, audio_part, image_part
 from ws_edge.messages import InputTranscript, ResponseDone, ResponseStarted
 

@@ -22,10 +22,9 @@ from workers.preprocess.images import (
     preprocess_image,
     resize_for_model,
     sniff_image_format,
-    tensor_from_bytes,
-    tensor_to_bytes,
     to_patches,
 )
+from workers.runtime.tensors import tensor_from_bytes, tensor_to_bytes
 
 LIMITS = ImageLimits()
 RED = (255, 0, 0)

@@ -6,11 +6,15 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from schemas.blobs import RedisBlobStore
 from schemas.channels import RedisNames, redis_client
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
 from schemas.topics import DEAD_LETTERS, TURNS_ASSEMBLED, TURNS_COMPLETED
 from workers.inference.engine import Engine
+from workers.inference.image_budget import ImageBudget
+from workers.inference.image_cache import ImageCache
+from workers.inference.pixels import PixelLoader
 from workers.inference.service import InferenceService, ServiceConfig
 from workers.runtime.consumer import ConsumerLoop
 from workers.runtime.kafka import make_consumer, make_producer
@@ -41,6 +45,7 @@ def build_engine(settings: Settings) -> Engine:
             kv_cache_bytes=settings.kv_cache_bytes,
             max_model_len=settings.max_model_len,
             max_num_seqs=settings.max_inflight_turns,
+            max_images_per_prompt=settings.max_images_per_turn,
         )
     )
 
@@ -67,6 +72,14 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         redis=redis,
         producer=producer,
         relay=relay,
+        pixels=PixelLoader(
+            RedisBlobStore(redis, names),
+            ImageCache(
+                max_bytes=settings.image_cache_bytes,
+                per_user_bytes=settings.image_cache_user_bytes,
+            ),
+        ),
+        image_budget=ImageBudget(settings.max_prefill_images),
         outcomes=OutcomeRecorder(
             redis=redis,
             producer=producer,

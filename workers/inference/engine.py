@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message
 
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """`images` are referenced by `<image_N>` placeholders in the messages, in order."""
+    """`images` are referenced by `<image_N>` placeholders in the last user message, in
+    order; `pixels` holds their pixel tensors (numpy, 3xHxW, normalised), loaded by the
+    service so engines never touch the blob store."""
 
     request_id: str
     messages: Sequence[Message]
     decoding: DecodingParams
     images: Sequence[ImageInput] = ()
+    pixels: Sequence[Any] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from schemas.events import (
     TurnSubmitted,
 )
 from workers.inference.engine import Engine, EngineError, GenerationRequest
+from workers.inference.image_budget import Grant, ImageBudget
+from workers.inference.pixels import PixelLoader
 from workers.inference.progress import TurnProgress
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder
@@ -60,6 +63,8 @@ class InferenceService:
         producer: AIOKafkaProducer,
         relay: RelayPublisher,
         outcomes: OutcomeRecorder,
+        pixels: PixelLoader,
+        image_budget: ImageBudget,
         names: RedisNames,
         config: ServiceConfig,
         clock_ms: Callable[[], float],
@@ -69,6 +74,8 @@ class InferenceService:
         self.producer = producer
         self.relay = relay
         self.outcomes = outcomes
+        self.pixels = pixels
+        self.image_budget = image_budget
         self.names = names
         self.config = config
         self.clock_ms = clock_ms
@@ -212,7 +219,28 @@ class InferenceService:
         return FinishReason.STOP, None
 
     async def _generate(self, request: GenerationRequest, progress: TurnProgress, channel: str):
+        if request.images:
+            if not self.engine.accepts_images:
+                raise EngineError(
+                    f"model {self.engine.model_name} reads text only; send the question "
+                    "without images",
+                    code="images_unsupported",
+                )
+            turn = progress.turn
+            owner = f"{turn.tenant_id}/{turn.user_id}"
+            pixels = await self.pixels.load(request.images, owner)
+            request = dataclasses.replace(request, pixels=pixels)
+        grant = await self.image_budget.acquire(len(request.images))
+        try:
+            await self._stream(request, progress, channel, grant)
+        finally:
+            grant.release()
+
+    async def _stream(
+        self, request: GenerationRequest, progress: TurnProgress, channel: str, grant: Grant
+    ) -> None:
         async for delta in _aiter(self.engine.stream(request)):
+            grant.release()  # the first output: its prefill (and image encoding) is done
             now = self.clock_ms()
             if progress.add(delta, now):
                 self.relay.publish(

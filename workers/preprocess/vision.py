@@ -18,8 +18,9 @@ from schemas.blobs import BlobStore, sha256_hex
 from schemas.events import ImageInput, MediaRef
 from schemas.settings import Settings
 from workers.preprocess.fetch import FetchLimits, SafeFetcher
-from workers.preprocess.images import ImageLimits, preprocess_image, tensor_to_bytes
+from workers.preprocess.images import ImageLimits, preprocess_image
 from workers.runtime.retry import retry_transient
+from workers.runtime.tensors import tensor_to_bytes
 
 _meta_decoder = msgspec.json.Decoder(ImageInput)
 
