@@ -106,7 +106,9 @@ def on_completed(
     `user_text` is the query as the model read it (transcript, image placeholders)."""
     if completed.turn_id in state.recent:
         return Decision()  # a duplicate of turns.completed
-    _remember(state, completed.turn_id)
+    retryable = completed.error is not None and completed.error.retryable
+    if not retryable:  # a retry of a retryable failure is a new attempt, not a replay
+        _remember(state, completed.turn_id)
     if state.in_flight is None or state.in_flight.turn_id != completed.turn_id:
         # Ended before assembly (bad media, refused): nothing to add, nothing to release.
         state.waiting = [w for w in state.waiting if w.turn_id != completed.turn_id]

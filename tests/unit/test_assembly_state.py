@@ -3,7 +3,7 @@ completions, redeliveries recognised, floods refused, stale turns released."""
 
 from __future__ import annotations
 
-from schemas.events import FinishReason, ImageInput, Role
+from schemas.events import ErrorInfo, FinishReason, ImageInput, Role
 from stream_jobs.assembly.state import (
     ConversationState,
     HistoryLimits,
@@ -122,3 +122,14 @@ def test_state_round_trips_through_the_changelog_encoding():
 
 def test_an_unreadable_row_starts_afresh_instead_of_stopping_the_job():
     assert decode_state(b'{"messages": "not a list"}') == ConversationState()
+
+
+def test_a_retry_after_a_retryable_failure_is_answered_and_recorded():
+    state = ConversationState()
+    enrich(state, enriched("t1", "hello"))
+    busy = ErrorInfo("conversation_busy", "later", retryable=True)
+    complete(state, completed("t1", finish_reason=FinishReason.ERROR, error=busy))
+    assert state.messages == [] and state.in_flight is None
+    assert enrich(state, enriched("t1", "hello")).release  # the retry runs again...
+    complete(state, completed("t1", text="hi"), user_text="hello")
+    assert [m.content for m in state.messages] == ["hello", "hi"]  # ...and is recorded
