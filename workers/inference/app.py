@@ -6,21 +6,16 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from schemas.blobs import RedisBlobStore
-from schemas.channels import RedisNames, redis_client
-from schemas.ids import make_instance_id, now_ms
+from schemas.ids import now_ms
 from schemas.settings import Settings
-from schemas.topics import DEAD_LETTERS, TURNS_ASSEMBLED, TURNS_COMPLETED
+from schemas.topics import TURNS_ASSEMBLED
 from workers.inference.engine import Engine
 from workers.inference.image_budget import ImageBudget
 from workers.inference.image_cache import ImageCache
 from workers.inference.pixels import PixelLoader
 from workers.inference.service import InferenceService, ServiceConfig
-from workers.runtime.consumer import ConsumerLoop
-from workers.runtime.kafka import make_consumer, make_producer
-from workers.runtime.outcome import OutcomeRecorder
-from workers.runtime.relay import RelayPublisher
-from workers.runtime.running import RunningService, run_service
+from workers.runtime.clients import WorkerClients
+from workers.runtime.running import RunningService
 
 log = logging.getLogger("turnstream.inference")
 
@@ -56,60 +51,28 @@ RunningWorker = RunningService[InferenceService]
 @contextlib.asynccontextmanager
 async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[RunningWorker]:
     """Start the worker's tasks; on exit drain in-flight turns and close every client."""
-    worker_id = make_instance_id("inference", settings.worker_id)
-    names = RedisNames.for_namespace(settings.namespace)
-    redis = redis_client(settings.redis_url)
-    producer = make_producer(settings.kafka_bootstrap, worker_id)
-    consumer = make_consumer(
-        settings.kafka_bootstrap,
-        TURNS_ASSEMBLED.full_name(settings.namespace) + "." + CONSUMER_GROUP,
-        worker_id,
-        settings.fetch_max_wait_ms,
-    )
-    relay = RelayPublisher(redis)
+    clients = WorkerClients.build(settings, CONSUMER_GROUP, TURNS_ASSEMBLED)
     service = InferenceService(
         engine=engine,
-        redis=redis,
-        producer=producer,
-        relay=relay,
+        redis=clients.redis,
+        producer=clients.producer,
+        relay=clients.relay,
         pixels=PixelLoader(
-            RedisBlobStore(redis, names),
+            clients.blobs,
             ImageCache(
                 max_bytes=settings.image_cache_bytes,
                 per_user_bytes=settings.image_cache_user_bytes,
             ),
         ),
         image_budget=ImageBudget(settings.max_prefill_images),
-        outcomes=OutcomeRecorder(
-            redis=redis,
-            producer=producer,
-            relay=relay,
-            names=names,
-            completed_topic=TURNS_COMPLETED.full_name(settings.namespace),
-        ),
-        names=names,
+        outcomes=clients.outcomes,
+        names=clients.names,
         config=ServiceConfig(
-            worker_id=worker_id,
+            worker_id=clients.worker_id,
             max_queued_per_conversation=settings.max_queued_per_conversation,
         ),
         clock_ms=now_ms,
     )
-    loop = ConsumerLoop(
-        consumer,
-        producer,
-        service.handle,
-        topics=[TURNS_ASSEMBLED.full_name(settings.namespace)],
-        deadletter_topic=DEAD_LETTERS.full_name(settings.namespace),
-        max_inflight=settings.max_inflight_turns,
-        on_failure=service.fail_turn,
-    )
-    async with run_service(
-        service,
-        loop=loop,
-        relay=relay,
-        redis=redis,
-        producer=producer,
-        consumer=consumer,
-        background={"cancels": service.listen_for_cancels()},
-    ) as running:
+    loop = clients.consume_loop(service.handle, service.fail_turn, settings.max_inflight_turns)
+    async with clients.run(service, loop, cancels=service.listen_for_cancels()) as running:
         yield running

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import uvloop
 
 from schemas.service_process import start_process
-from workers.preprocess.app import run_preprocessor
+from workers.preprocess.app import build_speech, run_preprocessor
 from workers.runtime.running import serve_until_stopped
 
 
 async def main() -> None:
     settings, stop = start_process()
-    async with run_preprocessor(settings) as running:
+    speech = build_speech(settings)
+    await asyncio.to_thread(speech.warm)  # the first spoken turn must not pay the model load
+    async with run_preprocessor(settings, speech) as running:
         print("preprocess worker ready", flush=True)
         await serve_until_stopped(running, stop)
     if running.failed.is_set():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,6 +36,7 @@ from schemas.events import (
     TurnSubmitted,
 )
 from workers.preprocess.errors import MediaMissing, PreprocessError
+from workers.preprocess.vision import VisionPipeline
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder, error_outcome
 from workers.runtime.relay import RelayPublisher
@@ -56,13 +57,6 @@ class SpeechRecognizer(Protocol):
         """Decode, find speech, transcribe (blocking: called in a thread)."""
 
 
-class ImagePreparer(Protocol):
-    async def prepare(
-        self, ref: MediaRef, load: Callable[[MediaRef], Awaitable[bytes]]
-    ) -> ImageInput:
-        """Fetch or load, decode and store the image's pixel tensor."""
-
-
 @dataclass(frozen=True, slots=True)
 class PreprocessConfig:
     worker_id: str
@@ -78,7 +72,7 @@ class PreprocessService:
         relay: RelayPublisher,
         blobs: BlobStore,
         speech: SpeechRecognizer,
-        images: ImagePreparer,
+        images: VisionPipeline,
         outcomes: OutcomeRecorder,
         names: RedisNames,
         config: PreprocessConfig,
