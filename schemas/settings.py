@@ -88,7 +88,14 @@ class Settings:
     max_audio_s: float = _var(
         "TURNSTREAM_MAX_AUDIO_S", 120.0, "Longest audio clip transcribed; longer is refused."
     )
-    asr_threads: int = _var("TURNSTREAM_ASR_THREADS", 2, "CPU threads of the ASR model.")
+    asr_workers: int = _var(
+        "TURNSTREAM_ASR_WORKERS",
+        2,
+        "Speech pipelines (VAD + Whisper) a preprocessing worker runs side by side.",
+    )
+    asr_threads: int = _var(
+        "TURNSTREAM_ASR_THREADS", 1, "CPU threads of each pipeline's Whisper model."
+    )
     image_size: int = _var(
         "TURNSTREAM_IMAGE_SIZE", 336, "Side of the square the vision model reads (pixels)."
     )

@@ -69,6 +69,7 @@ def create_app(settings: Settings) -> faust.App:
     return faust.App(
         app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        datadir=str(settings.state_path / "faust" / app_id),  # not the working directory
         store="memory://",  # the changelog topic is the durable copy; rebuilt on start
         web_enabled=False,  # faust's web server would bind 0.0.0.0:6066
         topic_partitions=TURNS_ENRICHED.partitions,

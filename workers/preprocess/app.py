@@ -10,7 +10,7 @@ from schemas.ids import now_ms
 from schemas.settings import Settings
 from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
 from workers.preprocess.service import PreprocessConfig, PreprocessService
-from workers.preprocess.speech import SpeechPipeline
+from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
@@ -20,9 +20,10 @@ log = logging.getLogger("turnstream.preprocess")
 CONSUMER_GROUP = "preprocess"
 
 
-def build_speech(settings: Settings) -> SpeechPipeline:
-    """Loads the VAD and ASR models (a few hundred ms): build once per process."""
-    return SpeechPipeline.load(
+def build_speech(settings: Settings) -> SpeechPool:
+    """The VAD and ASR models (a few hundred ms each to load): build once per process."""
+    return SpeechPool.load(
+        settings.asr_workers,
         max_seconds=settings.max_audio_s,
         max_bytes=settings.max_media_bytes,
         asr_threads=settings.asr_threads,
@@ -31,7 +32,7 @@ def build_speech(settings: Settings) -> SpeechPipeline:
 
 @contextlib.asynccontextmanager
 async def run_preprocessor(
-    settings: Settings, speech: SpeechPipeline | None = None
+    settings: Settings, speech: SpeechPool | None = None
 ) -> AsyncIterator[RunningService[PreprocessService]]:
     clients = WorkerClients.build(settings, CONSUMER_GROUP, TURNS_SUBMITTED)
     service = PreprocessService(

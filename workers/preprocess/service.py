@@ -107,7 +107,12 @@ class PreprocessService:
                     await self._fail(turn, ErrorInfo(err.code, str(err), err.retryable))
                     return
             else:
-                enriched = TurnEnriched(turn_id=turn.turn_id, submitted=turn, text=turn.text)
+                enriched = TurnEnriched(
+                    turn_id=turn.turn_id,
+                    submitted=turn,
+                    text=turn.text,
+                    preprocess_ms=round(self.clock_ms() - started, 3),
+                )
             await retry_transient(
                 "publishing turns.enriched",
                 lambda: self.producer.send_and_wait(
