@@ -66,10 +66,12 @@ class AssemblyConfig:
 
 def create_app(settings: Settings) -> faust.App:
     app_id = f"{settings.namespace}.assembly" if settings.namespace else "assembly"
+    datadir = settings.state_path / "faust" / app_id  # not the working directory
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
     return faust.App(
         app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
-        datadir=str(settings.state_path / "faust" / app_id),  # not the working directory
+        datadir=str(datadir),
         store="memory://",  # the changelog topic is the durable copy; rebuilt on start
         web_enabled=False,  # faust's web server would bind 0.0.0.0:6066
         topic_partitions=TURNS_ENRICHED.partitions,
