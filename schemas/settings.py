@@ -181,7 +181,9 @@ class Settings:
         "TURNSTREAM_HISTORY_MAX_MESSAGES", 20, "Messages of history kept per conversation."
     )
     history_ttl_s: int = _var(
-        "TURNSTREAM_HISTORY_TTL_S", 7 * 24 * 3600, "Idle time after which a history expires."
+        "TURNSTREAM_HISTORY_TTL_S",
+        7 * 24 * 3600,
+        "Idle time after which a conversation's history is forgotten and its owner released.",
     )
     system_prompt: str = _var(
         "TURNSTREAM_SYSTEM_PROMPT",

@@ -49,6 +49,7 @@ class AssemblyConfig:
     max_model_len: int
     max_held: int
     stale_after_ms: float
+    idle_expiry_ms: float
     history: HistoryLimits
     rag_top_k: int
 
@@ -59,6 +60,7 @@ class AssemblyConfig:
             max_model_len=settings.max_model_len,
             max_held=settings.max_queued_per_conversation,
             stale_after_ms=settings.stale_turn_s * 1000,
+            idle_expiry_ms=settings.history_ttl_s * 1000,
             history=HistoryLimits(settings.history_max_messages, settings.history_max_chars),
             rag_top_k=settings.rag_top_k,
         )
@@ -138,7 +140,13 @@ class AssemblyJob:
         state = decode_state(self.table.get(key))
         now = now_ms()
         stale = on_stale(state, now_ms=now, stale_after_ms=self.config.stale_after_ms)
-        decision = on_enriched(state, turn, now_ms=now, max_held=self.config.max_held)
+        decision = on_enriched(
+            state,
+            turn,
+            now_ms=now,
+            max_held=self.config.max_held,
+            idle_expiry_ms=self.config.idle_expiry_ms,
+        )
         await self._carry_out(key, state, _merge(stale, decision))
 
     async def _on_completed(self, completed: TurnCompleted) -> None:

@@ -34,6 +34,7 @@ class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
     recent: list[str] = []
     turns: int = 0
     truncated_turns: int = 0  # prompts that had to drop history to fit the context
+    last_active_ms: float = 0.0
 
 
 _encoder = msgspec.json.Encoder()
@@ -71,10 +72,19 @@ class Decision:
 
 
 def on_enriched(
-    state: ConversationState, turn: TurnEnriched, *, now_ms: float, max_held: int
+    state: ConversationState,
+    turn: TurnEnriched,
+    *,
+    now_ms: float,
+    max_held: int,
+    idle_expiry_ms: float = float("inf"),
 ) -> Decision:
     """`max_held`: turns of the conversation held at once (in flight + waiting); more are
-    refused as `conversation_busy` (retryable), so a flood waits on the client, not here."""
+    refused as `conversation_busy` (retryable), so a flood waits on the client, not here.
+    A conversation idle longer than `idle_expiry_ms` starts with an empty history."""
+    if state.messages and now_ms - state.last_active_ms > idle_expiry_ms:
+        state.messages = []
+    state.last_active_ms = now_ms
     turn_id = turn.turn_id
     if turn_id in state.recent:  # answered already: inference replays the recorded outcome
         return Decision(release=[turn])
@@ -106,6 +116,7 @@ def on_completed(
     `user_text` is the query as the model read it (transcript, image placeholders)."""
     if completed.turn_id in state.recent:
         return Decision()  # a duplicate of turns.completed
+    state.last_active_ms = now_ms
     retryable = completed.error is not None and completed.error.retryable
     if not retryable:  # a retry of a retryable failure is a new attempt, not a replay
         _remember(state, completed.turn_id)

@@ -133,3 +133,14 @@ def test_a_retry_after_a_retryable_failure_is_answered_and_recorded():
     assert enrich(state, enriched("t1", "hello")).release  # the retry runs again...
     complete(state, completed("t1", text="hi"), user_text="hello")
     assert [m.content for m in state.messages] == ["hello", "hi"]  # ...and is recorded
+
+
+def test_an_idle_conversation_forgets_its_history():
+    state = ConversationState()
+    on_enriched(state, enriched("t1"), now_ms=0, max_held=8, idle_expiry_ms=1000)
+    complete(state, completed("t1"), now=10)
+    on_enriched(state, enriched("t2"), now_ms=500, max_held=8, idle_expiry_ms=1000)
+    assert len(state.messages) == 2  # active recently: kept
+    complete(state, completed("t2"), now=600)
+    on_enriched(state, enriched("t3"), now_ms=5000, max_held=8, idle_expiry_ms=1000)
+    assert state.messages == []  # idle for 4.4 s > 1 s
