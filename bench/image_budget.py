@@ -34,14 +34,13 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import uvloop
 
-from bench.stats import percentile
+from bench.stats import percentile, summary
 from infra.stack import REPO
 from schemas.events import DecodingParams, ImageInput, Message, Role
 from schemas.settings import Settings
@@ -195,15 +194,6 @@ async def run_trial(
     return trial
 
 
-def pq(values: Sequence[float]) -> dict[str, float]:
-    return {
-        "n": len(values),
-        "p50": percentile(values, 50),
-        "p99": percentile(values, 99),
-        "max": max(values) if values else math.nan,
-    }
-
-
 def pooled(trials: list[Trial], mode: str, what: str) -> list[float]:
     out: list[float] = []
     for t in trials:
@@ -229,7 +219,7 @@ def report(trials: list[Trial], modes: list[str]) -> dict:
         burst_ms = [t.burst_ms for t in trials if t.mode == mode]
         rate_q = float(np.mean([t.tokens_per_s("quiet") for t in trials if t.mode == mode]))
         rate_b = float(np.mean([t.tokens_per_s("burst") for t in trials if t.mode == mode]))
-        q, b = pq(quiet), pq(burst)
+        q, b = summary(quiet), summary(burst)
         print(
             f"{mode:<16} {q['p50']:6.1f} /{q['p99']:6.1f} /{q['max']:6.1f} "
             f"{b['p50']:7.1f} /{b['p99']:7.1f} /{b['max']:7.1f} "
@@ -243,9 +233,9 @@ def report(trials: list[Trial], modes: list[str]) -> dict:
             "burst_tokens_per_delta": float(np.mean(tokens)) if tokens else math.nan,
             "text_tokens_per_s_per_stream_quiet": rate_q,
             "text_tokens_per_s_per_stream_burst": rate_b,
-            "image_ttft_ms": pq(ttft),
-            "image_budget_wait_ms": pq(wait),
-            "burst_window_ms": pq(burst_ms),
+            "image_ttft_ms": summary(ttft),
+            "image_budget_wait_ms": summary(wait),
+            "burst_window_ms": summary(burst_ms),
         }
     base, budgeted = rows[modes[0]], rows[modes[1]]
     ratios = {

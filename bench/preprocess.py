@@ -48,7 +48,7 @@ import uvloop
 from PIL import Image
 
 from bench.pipeline_latency import run_direct, start_pipeline
-from bench.stats import compare, percentile
+from bench.stats import compare, percentile, summary
 from infra.kafka.topics import ensure_topics
 from infra.stack import REPO, free_port, stop_roles
 from schemas.blobs import RedisBlobStore, sha256_hex
@@ -90,16 +90,6 @@ QUESTIONS = (
 
 def progress(message: str, *, end: str = "\n") -> None:
     print(message, file=sys.stderr, end=end, flush=True)
-
-
-def pq(values: Sequence[float]) -> dict[str, float]:
-    """p50/p99/max/n of a sample, for the JSON."""
-    return {
-        "n": len(values),
-        "p50": percentile(values, 50),
-        "p99": percentile(values, 99),
-        "max": max(values) if values else math.nan,
-    }
 
 
 def cell(values: Sequence[float], digits: int = 1) -> str:
@@ -351,8 +341,8 @@ def report_a(a: dict) -> dict:
         speech_rows.append(
             {
                 "run": r.name,
-                "latency_ms": pq(r.latency_ms),
-                "rtf": pq(r.rtf),
+                "latency_ms": summary(r.latency_ms),
+                "rtf": summary(r.rtf),
                 "audio_s_per_s": r.audio_per_s,
                 "rtf_aggregate": rtf_all,
                 "speed_vs_real_time": r.audio_per_s,
@@ -368,7 +358,7 @@ def report_a(a: dict) -> dict:
     image_rows = []
     for r in a["images"]:
         print(f"{r.name:<30} {cell(r.latency_ms, 2):>19} {r.per_s:9.1f}")
-        image_rows.append({"run": r.name, "latency_ms": pq(r.latency_ms), "per_s": r.per_s})
+        image_rows.append({"run": r.name, "latency_ms": summary(r.latency_ms), "per_s": r.per_s})
     print("\n(a) VisionPipeline.prepare on Redis: tensor not stored (miss) vs stored (hit)")
     print(f"{'images':<12} {'miss p50/p99':>17} {'hit p50/p99':>15} {'miss/hit p50':>12}")
     cache = a["cache"]
@@ -383,8 +373,8 @@ def report_a(a: dict) -> dict:
         cache_rows.append(
             {
                 "images": label,
-                "miss_ms": pq(miss.latency_ms),
-                "hit_ms": pq(hit.latency_ms),
+                "miss_ms": summary(miss.latency_ms),
+                "hit_ms": summary(hit.latency_ms),
                 "miss_over_hit_p50": ratio,
             }
         )
@@ -612,7 +602,7 @@ def report_b(bc: dict) -> dict:
         for g, turns in groups.items():
             values = [split[t.turn_id][key] for t in turns if t.turn_id in split]
             line += f"{cell(values):>17}"
-            out["hops"].setdefault(g, {})[key] = pq(values)
+            out["hops"].setdefault(g, {})[key] = summary(values)
         print(line)
     print(
         "  preprocess hop = Kafka delivery to the preprocess worker + its work + its publish;\n"
@@ -632,7 +622,7 @@ def report_c(bc: dict, speech_p50_ms: float | None) -> dict:
         f"{'ratio p50':>9} {'ratio p99':>9}"
     )
     print(f"{'typed':<26} {'-':>19} {cell(typed):>19} {1.0:9.2f} {1.0:9.2f}")
-    out: dict = {"typed_ttft_ms": pq(typed)}
+    out: dict = {"typed_ttft_ms": summary(typed)}
     labels = {"spoken": "WebM/Opus clip in the turn", "streamed": "PCM16 streamed before"}
     for kind, turns in kinds.items():
         ttft = [t.ttft_ms for t in turns]
@@ -641,8 +631,8 @@ def report_c(bc: dict, speech_p50_ms: float | None) -> dict:
         r99 = percentile(ttft, 99) / percentile(typed, 99)
         print(f"{labels[kind]:<26} {cell(heard):>19} {cell(ttft):>19} {r50:9.2f} {r99:9.2f}")
         out[kind] = {
-            "transcript_ms": pq(heard),
-            "ttft_ms": pq(ttft),
+            "transcript_ms": summary(heard),
+            "ttft_ms": summary(ttft),
             "ratio_vs_typed_p50": r50,
             "ratio_vs_typed_p99": r99,
             "added_vs_typed_p50_ms": percentile(ttft, 50) - percentile(typed, 50),

@@ -39,3 +39,13 @@ def compare(
     metric: str, direct: Sequence[float], pipeline: Sequence[float], qs=(50, 99)
 ) -> list[Comparison]:
     return [Comparison(metric, q, percentile(direct, q), percentile(pipeline, q)) for q in qs]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """n, p50, p99 and max of a sample (the benchmarks' JSON rows)."""
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+        "max": max(values) if values else math.nan,
+    }

@@ -23,13 +23,32 @@ _CORPUS = [
 ] * 20
 
 
+def tiny_llama_config(tokenizer, **overrides):
+    """The text model of the tiny test models: 2 layers, width 128, 2048 positions."""
+    from transformers import LlamaConfig
+
+    values = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    return LlamaConfig(**{**values, **overrides})
+
+
 def build_tiny_model(out: Path) -> Path:
     """Write a tiny model folder at `out` (idempotent) and return it."""
     if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
         return out
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -53,20 +72,7 @@ def build_tiny_model(out: Path) -> Path:
     )
     fast.chat_template = CHATML
     fast.save_pretrained(out)
-    config = LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-        tie_word_embeddings=True,
-        torch_dtype="float32",
-    )
+    config = tiny_llama_config(fast, tie_word_embeddings=True, torch_dtype="float32")
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     model.save_pretrained(out)

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tests.support.tiny_model import build_tiny_model
+from tests.support.tiny_model import build_tiny_model, tiny_llama_config
 from workers.preprocess.images import CLIP_MEAN, CLIP_STD
 
 IMAGE_TOKEN = "<image>"
@@ -51,7 +51,6 @@ def build_tiny_llava(out: Path) -> Path:
         AutoTokenizer,
         CLIPImageProcessor,
         CLIPVisionConfig,
-        LlamaConfig,
         LlavaConfig,
         LlavaForConditionalGeneration,
         LlavaProcessor,
@@ -78,19 +77,7 @@ def build_tiny_llava(out: Path) -> Path:
         projection_dim=32,
         hidden_act="quick_gelu",
     )
-    text = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-    )
+    text = tiny_llama_config(tokenizer, tie_word_embeddings=False)
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
