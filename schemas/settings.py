@@ -72,6 +72,12 @@ class Settings:
         4 * 1024 * 1024,
         "Audio one `audio.append` stream may buffer (about 2 min of 16 kHz PCM16).",
     )
+    blob_store_url: str = _var(
+        "TURNSTREAM_BLOB_STORE_URL",
+        "",
+        "Where media blobs live: empty for Redis, or s3://bucket/prefix/?endpoint=URL&region=R "
+        "for an S3-compatible bucket (credentials from the AWS environment variables).",
+    )
     media_ttl_s: int = _var(
         "TURNSTREAM_MEDIA_TTL_S", 3600, "How long uploaded media stay in the blob store."
     )

@@ -20,7 +20,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from producers.turn_publisher import PublishFailed, TurnPublisher
-from schemas.blobs import RedisBlobStore
+from schemas.blobs import blob_store
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import encode
 from schemas.events import AnyEvent, TurnCancelled, TurnCompleted
@@ -77,7 +77,7 @@ class EdgeServer:
             ),
             max_media_message_bytes=settings.max_frame_bytes,
         )
-        self.blobs = RedisBlobStore(self.redis, self.names)
+        self.blobs = blob_store(settings.blob_store_url, self.redis, self.names)
         self._server: Server | None = None
         self._relay_task: asyncio.Task[None] | None = None
 

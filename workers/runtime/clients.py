@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
-from schemas.blobs import RedisBlobStore
+from schemas.blobs import BlobStore, blob_store
 from schemas.channels import RedisNames, redis_client
 from schemas.ids import make_instance_id
 from schemas.settings import Settings
@@ -33,7 +33,7 @@ class WorkerClients:
     input_topic: str
     names: RedisNames
     redis: Redis
-    blobs: RedisBlobStore
+    blobs: BlobStore
     producer: AIOKafkaProducer
     consumer: AIOKafkaConsumer
     relay: RelayPublisher
@@ -63,7 +63,7 @@ class WorkerClients:
             topic,
             names,
             redis,
-            RedisBlobStore(redis, names),
+            blob_store(settings.blob_store_url, redis, names),
             producer,
             consumer,
             relay,
