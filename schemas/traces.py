@@ -1,0 +1,153 @@
+"""The analysts' trace row: one per turn, joined from the turn's events (pure).
+
+A turn leaves `turn.submitted`, `turn.enriched`, `turn.assembled` and `turn.completed` in
+Kafka; `build_trace` folds whichever of them arrived into one wide row for ClickHouse
+`traces` (see `infra/clickhouse/migrations/0002_traces.sql` for the columns' meaning). A turn
+whose completion never came is closed with `status = 'timed_out'` by whoever gives up on it.
+The column order of `TRACE_COLUMNS` is the insert order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from schemas.events import (
+    MediaKind,
+    TurnAssembled,
+    TurnCompleted,
+    TurnEnriched,
+    TurnSubmitted,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """USD per million tokens, by model; unknown models cost `default` (an estimate)."""
+
+    per_million: dict[str, tuple[float, float]] = field(default_factory=dict)
+    default: tuple[float, float] = (0.0, 0.0)
+
+    def cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+        prompt, completion = self.per_million.get(model, self.default)
+        return (prompt_tokens * prompt + completion_tokens * completion) / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    turn_id: str
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    client: str
+    status: str  # completed | timed_out
+    model: str
+    worker_id: str
+    has_text: int
+    image_count: int
+    audio_count: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+    history_messages: int
+    dropped_messages: int
+    retrieved: list[str]
+    profile_used: int
+    preprocess_ms: float
+    queue_ms: float
+    ttft_ms: float | None
+    e2e_ms: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+    itl_max_ms: float
+    itl_ms: list[float]
+    finish_reason: str
+    error_code: str
+    cost_usd: float
+    submitted_at: datetime
+    completed_at: datetime
+
+    def values(self) -> tuple:
+        return tuple(getattr(self, name) for name in TRACE_COLUMNS)
+
+
+TRACE_COLUMNS = tuple(f.name for f in dataclasses.fields(TraceRow))
+
+
+def build_trace(
+    submitted: TurnSubmitted,
+    *,
+    enriched: TurnEnriched | None = None,
+    assembled: TurnAssembled | None = None,
+    completed: TurnCompleted | None = None,
+    closed_at_ms: float | None = None,
+    prices: Prices | None = None,
+) -> TraceRow:
+    """The trace of a turn from what is known about it. Without `completed`, the turn is
+    `timed_out` at `closed_at_ms` (required then)."""
+    media = submitted.media
+    context = assembled.context if assembled is not None else None
+    if completed is None:
+        if closed_at_ms is None:
+            raise ValueError("a turn without turn.completed needs closed_at_ms")
+        end_ms = closed_at_ms
+        status, finish, error, model, worker = "timed_out", "", "timed_out", "", ""
+        usage = (0, 0, 0)
+        queue_ms = e2e_ms = max(0.0, end_ms - submitted.submitted_at_ms)
+        ttft, gaps = None, []
+    else:
+        end_ms = completed.completed_at_ms
+        status, finish = "completed", str(completed.finish_reason)
+        error = completed.error.code if completed.error is not None else ""
+        model, worker = completed.model, completed.worker_id
+        u = completed.usage
+        usage = (u.prompt_tokens, u.completion_tokens, u.cached_prompt_tokens)
+        t = completed.timings
+        queue_ms, e2e_ms, ttft, gaps = t.queue_ms, t.e2e_ms, t.ttft_ms, list(t.itl_ms)
+    return TraceRow(
+        turn_id=submitted.turn_id,
+        conversation_id=submitted.conversation_id,
+        tenant_id=submitted.tenant_id,
+        user_id=submitted.user_id,
+        client=submitted.client,
+        status=status,
+        model=model,
+        worker_id=worker,
+        has_text=int(bool(submitted.text.strip())),
+        image_count=sum(1 for m in media if m.kind == MediaKind.IMAGE),
+        audio_count=sum(1 for m in media if m.kind == MediaKind.AUDIO),
+        prompt_tokens=usage[0],
+        completion_tokens=usage[1],
+        cached_prompt_tokens=usage[2],
+        history_messages=context.history_messages if context else 0,
+        dropped_messages=context.dropped_messages if context else 0,
+        retrieved=list(context.retrieved) if context else [],
+        profile_used=int(context.profile) if context else 0,
+        preprocess_ms=enriched.preprocess_ms if enriched is not None else 0.0,
+        queue_ms=queue_ms,
+        ttft_ms=ttft,
+        e2e_ms=e2e_ms,
+        itl_p50_ms=_quantile(gaps, 0.5),
+        itl_p99_ms=_quantile(gaps, 0.99),
+        itl_max_ms=max(gaps) if gaps else 0.0,
+        itl_ms=gaps,
+        finish_reason=finish,
+        error_code=error,
+        cost_usd=(prices or Prices()).cost(model, usage[0], usage[1]),
+        submitted_at=_utc(submitted.submitted_at_ms),
+        completed_at=_utc(end_ms),
+    )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile (what ClickHouse's quantileExact returns); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _utc(epoch_ms: float) -> datetime:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)

@@ -1,0 +1,77 @@
+"""The trace row of a turn, folded from its events (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from schemas.events import (
+    ErrorInfo,
+    FinishReason,
+    MediaKind,
+    MediaRef,
+    PromptContext,
+    Timings,
+    TurnAssembled,
+    Usage,
+)
+from schemas.traces import TRACE_COLUMNS, Prices, build_trace
+from tests.support.factories import completed, enriched, submitted
+
+
+def test_a_completed_multimodal_turn():
+    turn = submitted(
+        "t1",
+        text="what is this?",
+        client="ua/1",
+        media=[MediaRef(kind=MediaKind.IMAGE, sha256="a"), MediaRef(kind=MediaKind.AUDIO)],
+    )
+    context = PromptContext(
+        history_messages=4, dropped_messages=2, prompt_tokens=90, retrieved=["doc#1"], profile=True
+    )
+    assembled = TurnAssembled(
+        turn_id="t1", submitted=turn, messages=[], context=context, assembled_at_ms=1010.0
+    )
+    done = completed(
+        "t1",
+        usage=Usage(100, 4, 64),
+        timings=Timings(queue_ms=5, ttft_ms=30, e2e_ms=90, itl_ms=[10.0, 20.0, 30.0]),
+        completed_at_ms=1090.0,
+        model="smol",
+    )
+    prices = Prices({"smol": (1.0, 2.0)})
+    row = build_trace(
+        turn,
+        enriched=enriched("t1", preprocess_ms=7.5),
+        assembled=assembled,
+        completed=done,
+        prices=prices,
+    )
+    assert (row.status, row.model, row.client) == ("completed", "smol", "ua/1")
+    assert (row.has_text, row.image_count, row.audio_count) == (1, 1, 1)
+    assert (row.prompt_tokens, row.completion_tokens, row.cached_prompt_tokens) == (100, 4, 64)
+    assert (row.history_messages, row.dropped_messages, row.retrieved) == (4, 2, ["doc#1"])
+    assert row.profile_used == 1 and row.preprocess_ms == 7.5
+    assert (row.itl_p50_ms, row.itl_p99_ms, row.itl_max_ms) == (20.0, 30.0, 30.0)
+    assert row.cost_usd == pytest.approx((100 * 1.0 + 4 * 2.0) / 1e6)
+    assert row.submitted_at == datetime.fromtimestamp(1.0, tz=UTC)
+    assert row.completed_at == datetime.fromtimestamp(1.09, tz=UTC)
+    assert len(row.values()) == len(TRACE_COLUMNS)
+
+
+def test_an_error_keeps_its_code():
+    error = ErrorInfo("no_speech", "nothing said")
+    row = build_trace(
+        submitted("t2"), completed=completed("t2", finish_reason=FinishReason.ERROR, error=error)
+    )
+    assert (row.finish_reason, row.error_code) == ("error", "no_speech")
+    assert row.retrieved == [] and row.history_messages == 0  # never assembled
+
+
+def test_a_turn_whose_completion_never_came_is_timed_out():
+    row = build_trace(submitted("t3"), closed_at_ms=61_000.0)
+    assert (row.status, row.error_code, row.ttft_ms) == ("timed_out", "timed_out", None)
+    assert row.e2e_ms == 60_000.0
+    with pytest.raises(ValueError, match="closed_at_ms"):
+        build_trace(submitted("t4"))
