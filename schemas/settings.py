@@ -141,6 +141,15 @@ class Settings:
         600.0,
         "A turn unanswered this long stops holding back its conversation's next turns.",
     )
+    # --- ClickHouse sink ---------------------------------------------------------------------
+    sink_batch_rows: int = _var(
+        "TURNSTREAM_SINK_BATCH_ROWS", 5000, "Rows the sink inserts at most in one batch."
+    )
+    sink_linger_ms: float = _var(
+        "TURNSTREAM_SINK_LINGER_MS",
+        200.0,
+        "Longest a row waits for its batch to fill (the visibility lag of a quiet topic).",
+    )
     # --- inference worker -------------------------------------------------------------------
     worker_id: str = _var("TURNSTREAM_WORKER_ID", "", "This worker's id (empty: random).")
     engine: str = _var("TURNSTREAM_ENGINE", "vllm", "Engine backend: vllm | fake.")

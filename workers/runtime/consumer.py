@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent
+from workers.runtime.deadletters import dead_letter
 from workers.runtime.offsets import OffsetTracker
 
 log = logging.getLogger("turnstream.worker")
@@ -159,15 +160,7 @@ class ConsumerLoop:
 
     async def _retrying_dead_letter(self, record: ConsumerRecord, code: str, reason: str):
         """Dead letters must land (else the partition's commits would stall behind them)."""
-        delay = 0.1
-        while True:
-            try:
-                await self._dead_letter(record, code, reason)
-                return
-            except KafkaError as err:
-                log.warning("dead-lettering failed (%r); retrying in %.1fs", err, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY_S)
+        await dead_letter(self.producer, self.deadletter_topic, record, code, reason)
 
     async def _handle_with_retries(self, event: AnyEvent) -> None:
         """Outages of Kafka or Redis are waited out (the message stays uncommitted and its
@@ -181,18 +174,6 @@ class ConsumerLoop:
                 log.warning("turn %s: %r; retrying in %.1fs", event.turn_id, err, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY_S)
-
-    async def _dead_letter(self, record: ConsumerRecord, code: str, reason: str) -> None:
-        headers = [
-            ("source_topic", record.topic.encode()),
-            ("source_partition", str(record.partition).encode()),
-            ("source_offset", str(record.offset).encode()),
-            ("error_code", code.encode()),
-            ("error", reason[:1000].encode()),
-        ]
-        await self.producer.send_and_wait(
-            self.deadletter_topic, record.value, key=record.key, headers=headers
-        )
 
     async def commit(self) -> None:
         offsets = self.tracker.committable()

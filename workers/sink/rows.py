@@ -1,0 +1,70 @@
+"""Events → rows of ClickHouse `turns` (migration 0001), with the checks that keep absurd
+values out of the analysts' tables (pure). A rejected event goes to the dead-letter topic
+with the reason; the sink keeps going."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from schemas.events import TurnCompleted
+
+TURN_COLUMNS = (
+    "turn_id",
+    "conversation_id",
+    "tenant_id",
+    "user_id",
+    "model",
+    "worker_id",
+    "finish_reason",
+    "error_code",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_prompt_tokens",
+    "queue_ms",
+    "ttft_ms",
+    "e2e_ms",
+    "itl_ms",
+    "text",
+    "completed_at",
+)
+MAX_TEXT_BYTES = 1024 * 1024
+EARLIEST_MS = datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000
+FUTURE_SLACK_MS = 24 * 3600 * 1000
+
+
+class RowRejected(ValueError):
+    code = "invalid_row"
+
+
+def turn_row(event: TurnCompleted, *, now_ms: float) -> tuple:
+    t, u = event.timings, event.usage
+    problems = []
+    if min(t.queue_ms, t.e2e_ms, *(t.itl_ms or [0.0])) < 0 or (t.ttft_ms or 0) < 0:
+        problems.append("negative latency")
+    if min(u.prompt_tokens, u.completion_tokens, u.cached_prompt_tokens) < 0:
+        problems.append("negative token count")
+    if len(event.text.encode()) > MAX_TEXT_BYTES:
+        problems.append(f"text over {MAX_TEXT_BYTES} bytes")
+    if not EARLIEST_MS <= event.completed_at_ms <= now_ms + FUTURE_SLACK_MS:
+        problems.append(f"completed_at_ms {event.completed_at_ms:.0f} is not a plausible time")
+    if problems:
+        raise RowRejected("; ".join(problems))
+    return (
+        event.turn_id,
+        event.conversation_id,
+        event.tenant_id,
+        event.user_id,
+        event.model,
+        event.worker_id,
+        str(event.finish_reason),
+        event.error.code if event.error is not None else "",
+        u.prompt_tokens,
+        u.completion_tokens,
+        u.cached_prompt_tokens,
+        t.queue_ms,
+        t.ttft_ms,
+        t.e2e_ms,
+        list(t.itl_ms),
+        event.text,
+        datetime.fromtimestamp(event.completed_at_ms / 1000, tz=UTC),
+    )
