@@ -98,7 +98,7 @@ async def throughput(base: Settings, client, rows: int, batch: int) -> dict:
     await produce(settings, (lambda i=i: turn_payload(i, stamp, run) for i in range(rows)))
     progress("(1) sink draining")
     started = time.perf_counter()
-    async with run_sink(settings, client):
+    async with run_sink(settings, client, ("turns",)):
         await wait_rows(client, run, rows)
     sink_s = time.perf_counter() - started
     progress("(1) baseline: the same rows inserted directly")
@@ -125,7 +125,8 @@ async def lag_at(client, rate: float, seconds: float) -> dict:
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     run = f"lag{uuid.uuid4().hex[:6]}"
     rows = int(rate * seconds)
-    async with run_sink(settings, client) as sink:
+    async with run_sink(settings, client, ("turns",)) as sinks:
+        sink = sinks["turns"]
         await asyncio.sleep(1.0)  # joined and assigned
         await produce(
             settings, (lambda i=i: turn_payload(i, now_ms(), run) for i in range(rows)), rate

@@ -2,7 +2,7 @@
 
 Starts the services (Kafka, Redis, topics, ClickHouse migrations), converts the bundled
 model if needed, starts the roles (inference worker on vLLM, preprocessing worker, assembly
-job, ClickHouse sink, edge) as child processes, waits until each is ready (showing
+job, traces job, ClickHouse sink, edge) as child processes, waits until each is ready (showing
 progress), then opens the chat. Ctrl-C at the prompt, or leaving the chat, stops everything
 cleanly (services too, unless --keep-services). `--serve` runs the stack without the chat
 until Ctrl-C.
@@ -123,7 +123,8 @@ ROLES = (
     ServiceRole("inference worker", "workers.inference", "inference", 600, "vLLM: 20-45 s on CPU"),
     ServiceRole("preprocess worker", "workers.preprocess", "preprocess", 120, "VAD, ASR, images"),
     ServiceRole("assembly job", "stream_jobs.assembly", "assembly", 120, "history, prompts"),
-    ServiceRole("clickhouse sink", "workers.sink", "sink", 120, "turns → ClickHouse"),
+    ServiceRole("traces job", "stream_jobs.traces", "traces", 120, "joins turn events"),
+    ServiceRole("clickhouse sink", "workers.sink", "sink", 120, "turns, traces → ClickHouse"),
     ServiceRole("edge", "ws_edge", "edge", 60),
 )
 

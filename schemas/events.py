@@ -173,6 +173,16 @@ class TurnAssembled(Event, tag="turn.assembled"):
     error: ErrorInfo | None = None
 
 
+class TraceRecorded(Event, tag="trace.recorded"):
+    """A turn's trace, joined from its events by the traces job (Kafka `traces`): what the
+    ClickHouse sink turns into one `traces` row (`schemas.traces.build_trace`)."""
+
+    submitted: TurnSubmitted
+    completed: TurnCompleted
+    preprocess_ms: float = 0.0
+    context: PromptContext | None = None
+
+
 class InputTranscribed(Event, tag="input.transcribed"):
     """Relay frame: what the user's audio was heard as, before the answer starts."""
 
@@ -227,6 +237,7 @@ AnyEvent = (
     TurnSubmitted
     | TurnEnriched
     | TurnAssembled
+    | TraceRecorded
     | InputTranscribed
     | TurnCancelled
     | TokenChunk

@@ -54,6 +54,13 @@ TURNS_COMPLETED = TopicSpec(
     retention_ms=7 * DAY_MS,
     doc="Terminal outcome of every turn (stop, length, cancelled, error) with usage and timings.",
 )
+TRACES = TopicSpec(
+    name="traces",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=7 * DAY_MS,
+    doc="One joined trace per finished turn (from the traces job), for the ClickHouse sink.",
+)
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
     partitions=1,
@@ -67,5 +74,6 @@ REGISTRY: tuple[TopicSpec, ...] = (
     TURNS_ENRICHED,
     TURNS_ASSEMBLED,
     TURNS_COMPLETED,
+    TRACES,
     DEAD_LETTERS,
 )

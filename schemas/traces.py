@@ -14,13 +14,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from schemas.events import (
-    MediaKind,
-    TurnAssembled,
-    TurnCompleted,
-    TurnEnriched,
-    TurnSubmitted,
-)
+from schemas.events import MediaKind, PromptContext, TurnCompleted, TurnSubmitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +73,16 @@ TRACE_COLUMNS = tuple(f.name for f in dataclasses.fields(TraceRow))
 def build_trace(
     submitted: TurnSubmitted,
     *,
-    enriched: TurnEnriched | None = None,
-    assembled: TurnAssembled | None = None,
+    preprocess_ms: float = 0.0,
+    context: PromptContext | None = None,
     completed: TurnCompleted | None = None,
     closed_at_ms: float | None = None,
     prices: Prices | None = None,
 ) -> TraceRow:
-    """The trace of a turn from what is known about it. Without `completed`, the turn is
+    """The trace of a turn from what is known about it (`preprocess_ms` from its
+    `turn.enriched`, `context` from its `turn.assembled`). Without `completed`, the turn is
     `timed_out` at `closed_at_ms` (required then)."""
     media = submitted.media
-    context = assembled.context if assembled is not None else None
     if completed is None:
         if closed_at_ms is None:
             raise ValueError("a turn without turn.completed needs closed_at_ms")
@@ -125,7 +119,7 @@ def build_trace(
         dropped_messages=context.dropped_messages if context else 0,
         retrieved=list(context.retrieved) if context else [],
         profile_used=int(context.profile) if context else 0,
-        preprocess_ms=enriched.preprocess_ms if enriched is not None else 0.0,
+        preprocess_ms=preprocess_ms,
         queue_ms=queue_ms,
         ttft_ms=ttft,
         e2e_ms=e2e_ms,

@@ -36,6 +36,7 @@ from stream_jobs.assembly.state import (
     on_stale,
 )
 from stream_jobs.assembly.tokens import TokenCounter
+from stream_jobs.faust_app import make_app
 
 log = logging.getLogger("turnstream.assembly")
 
@@ -67,22 +68,7 @@ class AssemblyConfig:
 
 
 def create_app(settings: Settings) -> faust.App:
-    app_id = f"{settings.namespace}.assembly" if settings.namespace else "assembly"
-    datadir = settings.state_path / "faust" / app_id  # not the working directory
-    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
-    return faust.App(
-        app_id,
-        broker=f"kafka://{settings.kafka_bootstrap}",
-        datadir=str(datadir),
-        store="memory://",  # the changelog topic is the durable copy; rebuilt on start
-        web_enabled=False,  # faust's web server would bind 0.0.0.0:6066
-        topic_partitions=TURNS_ENRICHED.partitions,
-        producer_acks=-1,
-        consumer_auto_offset_reset="earliest",
-        processing_guarantee="at_least_once",
-        key_serializer="raw",  # keys and values are our own bytes (schemas.codec, state.py)
-        value_serializer="raw",
-    )
+    return make_app(settings, "assembly")
 
 
 class AssemblyJob:

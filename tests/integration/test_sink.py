@@ -19,7 +19,10 @@ from schemas.settings import Settings
 from tests.support.factories import completed
 from tests.support.kafka import records_so_far
 from tests.support.polling import eventually
+from tests.support.stack import pipeline, running_job
+from workers.inference.fake_engine import FakeEngine
 from workers.sink.app import run_sink
+from ws_edge.client import EdgeClient, image_part
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +87,8 @@ async def test_every_turn_lands_once_and_poison_is_dead_lettered(services, click
     poison = [b"\x00not json", b'{"type":"turn.completed","v":99}', encode(bad_latency)]
     poison.append(encode(from_the_future))
     await publish(settings, good[:60] + poison + good[60:] + good[:20])  # 20 redelivered
-    async with run_sink(settings, clickhouse) as sink:
+    async with run_sink(settings, clickhouse, ("turns",)) as sinks:
+        sink = sinks["turns"]
         await wait_for_rows(clickhouse, "once", 120)
         await eventually(lambda: sink.stats.dead_letters >= len(poison))
     assert await asyncio.to_thread(count, clickhouse, "once") == 120
@@ -120,7 +124,8 @@ async def test_an_outage_is_waited_out_without_loss(services, clickhouse):
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     await publish(settings, turns_of(80, "outage"))
     flaky = FlakyClient(clickhouse, failures=3)
-    async with run_sink(settings, flaky) as sink:
+    async with run_sink(settings, flaky, ("turns",)) as sinks:
+        sink = sinks["turns"]
         await wait_for_rows(clickhouse, "outage", 80)
     assert sink.stats.insert_failures == 3
     assert await asyncio.to_thread(count, clickhouse, "outage", False) == 80  # no repeats
@@ -150,14 +155,53 @@ async def test_a_crash_between_insert_and_commit_leaves_no_duplicate(services, c
     await publish(settings, turns_of(40, "crash"))
     dying = DyingClient(clickhouse)
     try:
-        async with run_sink(settings, dying):
+        async with run_sink(settings, dying, ("turns",)):
             await eventually(dying.inserted.is_set)
             # the sink "dies" here: rows inserted, offsets never committed
     finally:
         dying.release.set()
     first = await asyncio.to_thread(count, clickhouse, "crash", False)
     assert 0 < first <= 40
-    async with run_sink(settings, clickhouse):  # restarted: re-reads what was not committed
+    async with run_sink(
+        settings, clickhouse, ("turns",)
+    ):  # restarted: re-reads what was not committed
         await wait_for_rows(clickhouse, "crash", 40, final=False)
         await asyncio.sleep(0.5)  # a repeated insert would have landed by now
     assert await asyncio.to_thread(count, clickhouse, "crash", False) == 40  # no FINAL needed
+
+
+async def test_traces_of_real_turns_land_in_clickhouse(services, session_namespace, clickhouse):
+    """Edge → … → inference, the traces job joining each turn's events, the sink writing
+    `traces`: one row per turn with what analysts need, a failed turn with its code."""
+    settings = Settings.from_env(
+        namespace=f"{session_namespace}-traces", edge_port=0, sink_linger_ms=50
+    )
+    async with (
+        pipeline(settings, FakeEngine(token_interval_s=0.001)) as p,
+        running_job(settings, "traces"),
+        run_sink(settings, clickhouse, ("traces",)),
+        EdgeClient.connect(p.url, p.token("tracy")) as client,
+    ):
+        conversation = f"c-{uuid.uuid4().hex[:8]}"
+        first = await client.ask(conversation, "hello there")
+        second = await client.ask(conversation, "and again")
+        svg = b"<svg xmlns='http://www.w3.org/2000/svg'/>"
+        failed = await client.ask(f"c-{uuid.uuid4().hex[:8]}", "", parts=[image_part(svg)])
+        ids = [first.turn_id, second.turn_id, failed.turn_id]
+
+        def rows() -> list[tuple]:
+            query = (
+                "SELECT turn_id, status, model, user_id, completion_tokens, history_messages, "
+                "image_count, finish_reason, error_code, ttft_ms FROM turnstream.traces FINAL "
+                "WHERE turn_id IN %(ids)s ORDER BY submitted_at"
+            )
+            return clickhouse.query(query, parameters={"ids": ids}).result_rows
+
+        await eventually(lambda: len(rows()) == 3)
+    by_id = {row[0]: row for row in rows()}
+    _, status, model, user, tokens, history, images, finish, error, ttft = by_id[first.turn_id]
+    assert (status, model, user, finish, error) == ("completed", "fake-echo", "tracy", "stop", "")
+    assert tokens == first.usage.completion_tokens and history == 0 and ttft > 0 and images == 0
+    assert by_id[second.turn_id][5] == 2  # the second prompt carried the first exchange
+    failed_row = by_id[failed.turn_id]
+    assert failed_row[6] == 1 and failed_row[7:9] == ("error", "unsupported_media")

@@ -39,15 +39,15 @@ class Pipeline:
 
 
 @contextlib.contextmanager
-def assembly_job(settings: Settings, **env: str) -> Iterator[Child]:
-    """The prompt-assembly job for the settings' namespace, running until the block ends."""
+def stream_job(settings: Settings, name: str, **env: str) -> Iterator[Child]:
+    """The faust job `stream_jobs.<name>` for the settings' namespace, until the block ends."""
     logs = settings.state_path / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     child_env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1", **env}
     job = Child(
-        "assembly job",
-        "stream_jobs.assembly",
-        logs / f"assembly-{settings.namespace or 'default'}.log",
+        f"{name} job",
+        f"stream_jobs.{name}",
+        logs / f"{name}-{settings.namespace or 'default'}.log",
         child_env,
     )
     try:
@@ -58,14 +58,18 @@ def assembly_job(settings: Settings, **env: str) -> Iterator[Child]:
 
 
 @contextlib.asynccontextmanager
-async def running_assembly(settings: Settings, **env: str) -> AsyncIterator[Child]:
-    """`assembly_job` without blocking the event loop while it starts and stops."""
-    cm = assembly_job(settings, **env)
+async def running_job(settings: Settings, name: str, **env: str) -> AsyncIterator[Child]:
+    """`stream_job` without blocking the event loop while it starts and stops."""
+    cm = stream_job(settings, name, **env)
     job = await asyncio.to_thread(cm.__enter__)
     try:
         yield job
     finally:
         await asyncio.to_thread(cm.__exit__, None, None, None)
+
+
+def running_assembly(settings: Settings, **env: str):
+    return running_job(settings, "assembly", **env)
 
 
 @contextlib.asynccontextmanager

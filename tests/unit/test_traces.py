@@ -13,11 +13,10 @@ from schemas.events import (
     MediaRef,
     PromptContext,
     Timings,
-    TurnAssembled,
     Usage,
 )
 from schemas.traces import TRACE_COLUMNS, Prices, build_trace
-from tests.support.factories import completed, enriched, submitted
+from tests.support.factories import completed, submitted
 
 
 def test_a_completed_multimodal_turn():
@@ -30,9 +29,6 @@ def test_a_completed_multimodal_turn():
     context = PromptContext(
         history_messages=4, dropped_messages=2, prompt_tokens=90, retrieved=["doc#1"], profile=True
     )
-    assembled = TurnAssembled(
-        turn_id="t1", submitted=turn, messages=[], context=context, assembled_at_ms=1010.0
-    )
     done = completed(
         "t1",
         usage=Usage(100, 4, 64),
@@ -41,13 +37,7 @@ def test_a_completed_multimodal_turn():
         model="smol",
     )
     prices = Prices({"smol": (1.0, 2.0)})
-    row = build_trace(
-        turn,
-        enriched=enriched("t1", preprocess_ms=7.5),
-        assembled=assembled,
-        completed=done,
-        prices=prices,
-    )
+    row = build_trace(turn, preprocess_ms=7.5, context=context, completed=done, prices=prices)
     assert (row.status, row.model, row.client) == ("completed", "smol", "ua/1")
     assert (row.has_text, row.image_count, row.audio_count) == (1, 1, 1)
     assert (row.prompt_tokens, row.completion_tokens, row.cached_prompt_tokens) == (100, 4, 64)

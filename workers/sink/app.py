@@ -1,4 +1,5 @@
-"""Wiring of the ClickHouse sink: `turns.completed` → table `turns` (migration 0001)."""
+"""Wiring of the ClickHouse sink: `turns.completed` → table `turns`, `traces` → `traces`
+(one consumer and batch stream per route, in one process that owns the embedded engine)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from typing import Any
 
 from infra.clickhouse.client import DEFAULT_DATABASE, connect
 from infra.clickhouse.migrate import migrate
-from schemas.events import TurnCompleted
+from schemas.events import TraceRecorded, TurnCompleted
 from schemas.ids import make_instance_id
 from schemas.settings import Settings
-from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED
+from schemas.topics import DEAD_LETTERS, TRACES, TURNS_COMPLETED, TopicSpec
+from schemas.traces import TRACE_COLUMNS
 from workers.runtime.kafka import make_consumer, make_producer
 from workers.sink.batch import BatchLimits
-from workers.sink.rows import TURN_COLUMNS, turn_row
+from workers.sink.rows import TURN_COLUMNS, trace_row, turn_row
 from workers.sink.service import ClickHouseSink, TableSpec
 
 CONSUMER_GROUP = "clickhouse-sink"
@@ -25,43 +27,71 @@ def _turn_row(event: Any, now: float) -> tuple | None:
     return turn_row(event, now_ms=now) if isinstance(event, TurnCompleted) else None
 
 
+def _trace_row(event: Any, now: float) -> tuple | None:
+    return trace_row(event, now_ms=now) if isinstance(event, TraceRecorded) else None
+
+
 TURNS = TableSpec(
     table=f"{DEFAULT_DATABASE}.turns",
     columns=TURN_COLUMNS,
     row_of=_turn_row,
     stamp_index=TURN_COLUMNS.index("completed_at"),
 )
+TRACE_TABLE = TableSpec(
+    table=f"{DEFAULT_DATABASE}.traces",
+    columns=TRACE_COLUMNS,
+    row_of=_trace_row,
+    stamp_index=TRACE_COLUMNS.index("completed_at"),
+)
+ROUTES: dict[str, tuple[TopicSpec, TableSpec]] = {
+    "turns": (TURNS_COMPLETED, TURNS),
+    "traces": (TRACES, TRACE_TABLE),
+}
 
 
 @contextlib.asynccontextmanager
-async def run_sink(settings: Settings, client: Any = None) -> AsyncIterator[ClickHouseSink]:
-    """Migrate, then sink until the block ends (uncommitted work is re-read next time)."""
+async def run_sink(
+    settings: Settings, client: Any = None, routes: tuple[str, ...] = tuple(ROUTES)
+) -> AsyncIterator[dict[str, ClickHouseSink]]:
+    """Migrate, then sink every route until the block ends (uncommitted work is re-read
+    next time). Yields the sinks by route name (their stats)."""
     client = client or connect(settings)
     await asyncio.to_thread(migrate, client)
     sink_id = make_instance_id("sink", settings.worker_id)
-    topic = TURNS_COMPLETED.full_name(settings.namespace)
-    consumer = make_consumer(
-        settings.kafka_bootstrap, f"{topic}.{CONSUMER_GROUP}", sink_id, settings.fetch_max_wait_ms
-    )
     producer = make_producer(settings.kafka_bootstrap, sink_id)
     await producer.start()
-    await consumer.start()
-    consumer.subscribe([topic])
-    sink = ClickHouseSink(
-        consumer=consumer,
-        producer=producer,
-        client=client,
-        spec=TURNS,
-        deadletter_topic=DEAD_LETTERS.full_name(settings.namespace),
-        limits=BatchLimits(
-            max_rows=settings.sink_batch_rows, linger_s=settings.sink_linger_ms / 1000
-        ),
-    )
-    task = asyncio.create_task(sink.run(), name="sink")
+    sinks: dict[str, ClickHouseSink] = {}
+    consumers = []
+    tasks = []
     try:
-        yield sink
+        for name in routes:
+            source, spec = ROUTES[name]
+            topic = source.full_name(settings.namespace)
+            consumer = make_consumer(
+                settings.kafka_bootstrap,
+                f"{topic}.{CONSUMER_GROUP}",
+                sink_id,
+                settings.fetch_max_wait_ms,
+            )
+            await consumer.start()
+            consumers.append(consumer)
+            consumer.subscribe([topic])
+            sinks[name] = ClickHouseSink(
+                consumer=consumer,
+                producer=producer,
+                client=client,
+                spec=spec,
+                deadletter_topic=DEAD_LETTERS.full_name(settings.namespace),
+                limits=BatchLimits(
+                    max_rows=settings.sink_batch_rows, linger_s=settings.sink_linger_ms / 1000
+                ),
+            )
+            tasks.append(asyncio.create_task(sinks[name].run(), name=f"sink-{name}"))
+        yield sinks
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await consumer.stop()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for consumer in consumers:
+            await consumer.stop()
         await producer.stop()

@@ -1,12 +1,13 @@
-"""Events → rows of ClickHouse `turns` (migration 0001), with the checks that keep absurd
-values out of the analysts' tables (pure). A rejected event goes to the dead-letter topic
-with the reason; the sink keeps going."""
+"""Events → rows of ClickHouse `turns` (migration 0001) and `traces` (0002), with the checks
+that keep absurd values out of the analysts' tables (pure). A rejected event goes to the
+dead-letter topic with the reason; the sink keeps going."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from schemas.events import TurnCompleted
+from schemas.events import TraceRecorded, TurnCompleted
+from schemas.traces import Prices, build_trace
 
 TURN_COLUMNS = (
     "turn_id",
@@ -36,7 +37,8 @@ class RowRejected(ValueError):
     code = "invalid_row"
 
 
-def turn_row(event: TurnCompleted, *, now_ms: float) -> tuple:
+def check_completed(event: TurnCompleted, *, now_ms: float) -> None:
+    """Refuse absurd values (they would skew every percentile analysts compute)."""
     t, u = event.timings, event.usage
     problems = []
     if min(t.queue_ms, t.e2e_ms, *(t.itl_ms or [0.0])) < 0 or (t.ttft_ms or 0) < 0:
@@ -49,6 +51,11 @@ def turn_row(event: TurnCompleted, *, now_ms: float) -> tuple:
         problems.append(f"completed_at_ms {event.completed_at_ms:.0f} is not a plausible time")
     if problems:
         raise RowRejected("; ".join(problems))
+
+
+def turn_row(event: TurnCompleted, *, now_ms: float) -> tuple:
+    check_completed(event, now_ms=now_ms)
+    t, u = event.timings, event.usage
     return (
         event.turn_id,
         event.conversation_id,
@@ -68,3 +75,14 @@ def turn_row(event: TurnCompleted, *, now_ms: float) -> tuple:
         event.text,
         datetime.fromtimestamp(event.completed_at_ms / 1000, tz=UTC),
     )
+
+
+def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = None) -> tuple:
+    check_completed(event.completed, now_ms=now_ms)
+    return build_trace(
+        event.submitted,
+        preprocess_ms=event.preprocess_ms,
+        context=event.context,
+        completed=event.completed,
+        prices=prices,
+    ).values()

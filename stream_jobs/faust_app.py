@@ -1,0 +1,44 @@
+"""How every turnstream faust job is configured and run (one place for the choices)."""
+
+from __future__ import annotations
+
+import faust
+
+from schemas.settings import Settings
+from schemas.topics import TURNS_SUBMITTED
+
+
+def make_app(settings: Settings, name: str) -> faust.App:
+    """A faust app for job `name` in the settings' namespace.
+
+    Keys and values are our own bytes (`schemas.codec`); tables live in memory with their
+    changelog in Kafka (rebuilt at start); faust's web server would bind 0.0.0.0:6066, so it
+    is off; its data folder goes under TURNSTREAM_HOME, not the working directory.
+    """
+    app_id = f"{settings.namespace}.{name}" if settings.namespace else name
+    datadir = settings.state_path / "faust" / app_id
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
+    return faust.App(
+        app_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        datadir=str(datadir),
+        store="memory://",
+        web_enabled=False,
+        topic_partitions=TURNS_SUBMITTED.partitions,
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        processing_guarantee="at_least_once",
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+
+
+def run_worker(app: faust.App, settings: Settings, ready_line: str) -> None:
+    """Run until stopped; print `ready_line` once tables are recovered and agents consume."""
+
+    class Worker(faust.Worker):
+        async def on_startup_finished(self) -> None:
+            await super().on_startup_finished()
+            print(ready_line, flush=True)
+
+    Worker(app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
