@@ -1,0 +1,34 @@
+"""The traces job's join of a turn's events (pure)."""
+
+from __future__ import annotations
+
+from schemas.events import PromptContext, TurnAssembled
+from stream_jobs.traces.state import PendingTrace, decode_pending, encode_pending, on_event
+from tests.support.factories import completed, enriched, submitted
+
+
+def test_a_trace_is_ready_once_both_ends_are_known_in_any_order():
+    context = PromptContext(history_messages=2, dropped_messages=0, prompt_tokens=40)
+    turn = submitted("t1")
+    assembled = TurnAssembled(
+        turn_id="t1", submitted=turn, messages=[], context=context, assembled_at_ms=2.0
+    )
+    pending = PendingTrace()
+    assert on_event(pending, completed("t1")) is None  # completion first: wait for the rest
+    assert on_event(pending, enriched("t1", preprocess_ms=3.0)) is not None  # carries submitted
+    assert on_event(pending, assembled).context == context
+    trace = on_event(pending, turn)
+    assert trace is not None and trace.preprocess_ms == 3.0 and trace.completed.turn_id == "t1"
+
+
+def test_a_turn_that_failed_before_assembly_still_has_a_trace():
+    pending = PendingTrace()
+    assert on_event(pending, submitted("t2")) is None
+    trace = on_event(pending, completed("t2"))
+    assert trace is not None and trace.context is None and trace.preprocess_ms == 0.0
+
+
+def test_pending_state_round_trips():
+    pending = PendingTrace()
+    on_event(pending, submitted("t3"))
+    assert decode_pending(encode_pending(pending)) == pending
