@@ -4,8 +4,6 @@ ClickHouse migrations on the real (embedded) engine."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import textwrap
 import uuid
 
@@ -14,8 +12,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from infra.kafka.topics import ensure_topics
-from infra.stack import REPO
 from schemas.topics import REGISTRY
+from tests.support.chdb import check_in_fresh_engine
 
 pytestmark = pytest.mark.integration
 
@@ -88,15 +86,4 @@ MIGRATION_CHECK = textwrap.dedent("""
 
 
 def test_migrations_apply_once_on_the_embedded_engine(tmp_path):
-    # chdb allows one data directory per process: run it in its own process.
-    result = subprocess.run(
-        [sys.executable, "-c", MIGRATION_CHECK],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={"TURNSTREAM_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith("ok")
+    check_in_fresh_engine(MIGRATION_CHECK, tmp_path)

@@ -3,13 +3,11 @@ with rows built from real events."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from infra.stack import REPO
+from tests.support.chdb import check_in_fresh_engine
 
 pytestmark = pytest.mark.integration
 
@@ -58,15 +56,4 @@ CHECK = textwrap.dedent("""
 
 
 def test_traces_and_views_on_the_embedded_engine(tmp_path):
-    # chdb allows one data directory per process: run it in its own process.
-    result = subprocess.run(
-        [sys.executable, "-c", CHECK],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={"TURNSTREAM_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith("ok")
+    check_in_fresh_engine(CHECK, tmp_path)
