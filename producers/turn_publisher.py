@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from schemas.codec import encode
-from schemas.events import TurnSubmitted
+from schemas.events import FeedbackGiven, TurnSubmitted
 
 log = logging.getLogger("turnstream.publisher")
 
@@ -69,14 +69,15 @@ class TurnPublisher:
             self._connected.set()
             log.info("connected to Kafka at %s", self._bootstrap)
 
-    async def publish(self, turn: TurnSubmitted) -> None:
+    async def publish(self, turn: TurnSubmitted | FeedbackGiven, topic: str | None = None) -> None:
+        """Publish an event keyed by its conversation (to `topic`, default: the turns')."""
         producer = self._producer
         if producer is None:
             raise PublishFailed("not connected to Kafka")
         try:
             await asyncio.wait_for(
                 producer.send_and_wait(
-                    self._topic, encode(turn), key=turn.conversation_id.encode()
+                    topic or self._topic, encode(turn), key=turn.conversation_id.encode()
                 ),
                 timeout=self._timeout_s,
             )

@@ -183,6 +183,28 @@ class TraceRecorded(Event, tag="trace.recorded"):
     context: PromptContext | None = None
 
 
+class FeedbackKind(enum.StrEnum):
+    """What a user said or did about an answer (the quality layer of monitoring)."""
+
+    THUMBS_UP = "thumbs_up"
+    THUMBS_DOWN = "thumbs_down"
+    REGENERATE = "regenerate"  # asked for another answer to the same question
+    STOP = "stop"  # stopped the answer while it streamed
+    COPY_CODE = "copy_code"  # copied a code block out of the answer
+    ABANDON = "abandon"  # left without reading the answer
+
+
+class FeedbackGiven(Event, tag="feedback.given"):
+    """A user's feedback on one of their turns (Kafka `feedback`, keyed by conversation)."""
+
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    kind: FeedbackKind
+    given_at_ms: float
+    comment: str = ""
+
+
 class InputTranscribed(Event, tag="input.transcribed"):
     """Relay frame: what the user's audio was heard as, before the answer starts."""
 
@@ -238,6 +260,7 @@ AnyEvent = (
     | TurnEnriched
     | TurnAssembled
     | TraceRecorded
+    | FeedbackGiven
     | InputTranscribed
     | TurnCancelled
     | TokenChunk

@@ -61,6 +61,13 @@ TRACES = TopicSpec(
     retention_ms=7 * DAY_MS,
     doc="One joined trace per finished turn (from the traces job), for the ClickHouse sink.",
 )
+FEEDBACK = TopicSpec(
+    name="feedback",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=30 * DAY_MS,
+    doc="Users' feedback on answers (thumbs, regenerate, stop, copied code, abandon).",
+)
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
     partitions=1,
@@ -75,5 +82,6 @@ REGISTRY: tuple[TopicSpec, ...] = (
     TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TRACES,
+    FEEDBACK,
     DEAD_LETTERS,
 )

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 from websockets.asyncio.client import ClientConnection, connect
 
+from schemas.events import FeedbackKind
 from ws_edge.messages import (
     AnyServerEvent,
     AppendAudio,
@@ -23,6 +24,8 @@ from ws_edge.messages import (
     ClientMessage,
     CreateTurn,
     ErrorEvent,
+    Feedback,
+    FeedbackRecorded,
     ImagePart,
     ResponseDone,
     SessionReady,
@@ -165,6 +168,21 @@ class EdgeClient:
         """Send microphone audio in pieces (default 200 ms of 16 kHz PCM16 each)."""
         for start in range(0, len(pcm), chunk_bytes):
             await self.send(AppendAudio(stream_id, _b64(pcm[start : start + chunk_bytes])))
+
+    async def give_feedback(
+        self, turn_id: str, kind: FeedbackKind, comment: str = ""
+    ) -> FeedbackRecorded:
+        """Feedback on a finished turn; raises `TurnRejected` when the edge refuses it."""
+        queue = self._turns[turn_id]  # the confirmation or the error for this turn lands here
+        try:
+            await self.send(Feedback(turn_id=turn_id, kind=kind, comment=comment))
+            event = await asyncio.wait_for(queue.get(), 30)
+        finally:
+            self._turns.pop(turn_id, None)
+        if isinstance(event, ErrorEvent):
+            raise TurnRejected(event)
+        assert isinstance(event, FeedbackRecorded), event
+        return event
 
     async def cancel(self, turn_id: str) -> None:
         await self.send(CancelTurn(turn_id=turn_id))

@@ -1,9 +1,10 @@
 """The client protocol's messages (WebSocket JSON text frames), both directions.
 
 Client → edge: `session.authenticate`, `turn.create`, `turn.cancel`, `audio.append`,
-`audio.clear`, `ping`.
+`audio.clear`, `feedback`, `ping`.
 Edge → client: `session.ready`, `turn.accepted`, `input.transcript`, `response.started`,
-`response.delta`, `response.restarted`, `response.done`, `error`, `pong`. Unknown fields are
+`response.delta`, `response.restarted`, `response.done`, `feedback.recorded`, `error`,
+`pong`. Unknown fields are
 rejected so typos surface at once.
 
 Media: a `turn.create` carries `parts` (text, images inline as base64 or by https URL, audio
@@ -17,7 +18,14 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from schemas.events import ErrorInfo, FinishReason, Timings, TranscriptSegment, Usage
+from schemas.events import (
+    ErrorInfo,
+    FeedbackKind,
+    FinishReason,
+    Timings,
+    TranscriptSegment,
+    Usage,
+)
 
 PROTOCOL_VERSION = 1
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
@@ -95,11 +103,21 @@ class ClearAudio(ClientMessage, tag="audio.clear"):
     stream_id: Id
 
 
+class Feedback(ClientMessage, tag="feedback"):
+    """Feedback on one of the user's finished turns (any session of the same user)."""
+
+    turn_id: Id
+    kind: FeedbackKind
+    comment: Annotated[str, msgspec.Meta(max_length=2000)] = ""
+
+
 class Ping(ClientMessage, tag="ping"):
     id: Id | None = None
 
 
-AnyClientMessage = Authenticate | CreateTurn | CancelTurn | AppendAudio | ClearAudio | Ping
+AnyClientMessage = (
+    Authenticate | CreateTurn | CancelTurn | AppendAudio | ClearAudio | Feedback | Ping
+)
 MEDIA_TYPES = frozenset({"turn.create", "audio.append"})  # may exceed the small-message limit
 CLIENT_TYPES = frozenset(t.__struct_config__.tag for t in AnyClientMessage.__args__)  # type: ignore[attr-defined]
 
@@ -160,6 +178,11 @@ class ResponseDone(ServerEvent, tag="response.done"):
     error: ErrorInfo | None = None
 
 
+class FeedbackRecorded(ServerEvent, tag="feedback.recorded"):
+    turn_id: str
+    kind: FeedbackKind
+
+
 class ErrorEvent(ServerEvent, tag="error"):
     code: str
     message: str
@@ -180,6 +203,7 @@ AnyServerEvent = (
     | ResponseRestarted
     | ResponseDelta
     | ResponseDone
+    | FeedbackRecorded
     | ErrorEvent
     | Pong
 )

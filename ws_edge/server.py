@@ -22,20 +22,27 @@ from websockets.exceptions import ConnectionClosed
 from producers.turn_publisher import PublishFailed, TurnPublisher
 from schemas.blobs import blob_store
 from schemas.channels import RedisNames, redis_client
-from schemas.codec import encode
-from schemas.events import AnyEvent, TurnCancelled, TurnCompleted
+from schemas.codec import decode, encode
+from schemas.events import AnyEvent, FeedbackGiven, TurnCancelled, TurnCompleted
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
-from schemas.topics import TURNS_SUBMITTED
+from schemas.topics import FEEDBACK, TURNS_SUBMITTED
 from ws_edge.conversations import ConversationClaims
-from ws_edge.errors import BrokerUnavailable, EdgeError, ForbiddenConversation, StoreUnavailable
+from ws_edge.errors import (
+    BrokerUnavailable,
+    EdgeError,
+    ForbiddenConversation,
+    StoreUnavailable,
+    UnknownTurn,
+)
 from ws_edge.media import MediaLimits
-from ws_edge.messages import encode_server
+from ws_edge.messages import FeedbackRecorded, encode_server
 from ws_edge.outbox import Outbox, OutboxOverflow
 from ws_edge.relay import RelaySubscriber
 from ws_edge.session import (
     Action,
     Close,
+    GiveFeedback,
     RequestCancel,
     Send,
     Session,
@@ -77,6 +84,7 @@ class EdgeServer:
             ),
             max_media_message_bytes=settings.max_frame_bytes,
         )
+        self.feedback_topic = FEEDBACK.full_name(settings.namespace)
         self.blobs = blob_store(settings.blob_store_url, self.redis, self.names)
         self._server: Server | None = None
         self._relay_task: asyncio.Task[None] | None = None
@@ -191,6 +199,8 @@ class _Connection:
                     self._spawn(self._submit(action))
                 case RequestCancel():
                     self._spawn(self._cancel(action))
+                case GiveFeedback():
+                    self._spawn(self._feedback(action))
                 case Close(code, reason):
                     self._spawn(self.websocket.close(code, reason))
 
@@ -215,6 +225,33 @@ class _Connection:
             self._apply(self.session.submit_failed(turn.turn_id, _submit_error(exc)))
             return
         self._apply(self.session.submit_succeeded(turn.turn_id))
+
+    async def _feedback(self, action: GiveFeedback) -> None:
+        """Only the user who asked may rate a turn: its recorded outcome names them."""
+        try:
+            raw = await self.edge.redis.get(self.edge.names.done_key(action.turn_id))
+            outcome = decode(raw) if raw is not None else None
+            if not (
+                isinstance(outcome, TurnCompleted)
+                and (outcome.tenant_id, outcome.user_id) == (action.tenant_id, action.user_id)
+            ):
+                raise UnknownTurn(
+                    f"no finished turn {action.turn_id!r} of yours to give feedback on"
+                )
+            feedback = FeedbackGiven(
+                turn_id=action.turn_id,
+                conversation_id=outcome.conversation_id,
+                tenant_id=action.tenant_id,
+                user_id=action.user_id,
+                kind=action.kind,
+                comment=action.comment,
+                given_at_ms=now_ms(),
+            )
+            await self.edge.publisher.publish(feedback, self.edge.feedback_topic)
+        except Exception as exc:
+            self._apply([error_event(_submit_error(exc), action.turn_id)])
+            return
+        self._apply([Send(FeedbackRecorded(action.turn_id, action.kind))])
 
     async def _cancel(self, action: RequestCancel) -> None:
         names = self.edge.names

@@ -23,6 +23,7 @@ import msgspec
 from schemas.events import (
     AnyEvent,
     DecodingParams,
+    FeedbackKind,
     InputTranscribed,
     TokenChunk,
     TurnCompleted,
@@ -51,6 +52,7 @@ from ws_edge.messages import (
     ClearAudio,
     CreateTurn,
     ErrorEvent,
+    Feedback,
     InputTranscript,
     Ping,
     Pong,
@@ -92,12 +94,24 @@ class RequestCancel:
 
 
 @dataclass(frozen=True, slots=True)
+class GiveFeedback:
+    """Check that the turn is the principal's (from its recorded outcome), then publish the
+    feedback and confirm it; otherwise answer `unknown_turn`."""
+
+    turn_id: str
+    kind: FeedbackKind
+    comment: str
+    tenant_id: str
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     code: int
     reason: str
 
 
-Action = Send | SubmitTurn | RequestCancel | Close
+Action = Send | SubmitTurn | RequestCancel | GiveFeedback | Close
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +374,11 @@ class Session:
         if isinstance(message, ClearAudio):
             self._audio.clear(message.stream_id)
             return []
+        if isinstance(message, Feedback):
+            p = self.principal
+            return [
+                GiveFeedback(message.turn_id, message.kind, message.comment, p.tenant_id, p.user_id)
+            ]
         raise UnknownMessageType(f"unhandled message {type(message).__name__}")
 
     def _authenticate(self, token: str) -> list[Action]:

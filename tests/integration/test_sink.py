@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaProducer
 
 from infra.kafka.topics import ensure_topics
 from schemas.codec import encode
-from schemas.events import Timings
+from schemas.events import FeedbackKind, Timings
 from schemas.ids import now_ms
 from schemas.settings import Settings
 from tests.support.factories import completed
@@ -22,7 +22,7 @@ from tests.support.polling import eventually
 from tests.support.stack import pipeline, running_job
 from workers.inference.fake_engine import FakeEngine
 from workers.sink.app import run_sink
-from ws_edge.client import EdgeClient, image_part
+from ws_edge.client import EdgeClient, TurnRejected, image_part
 
 pytestmark = pytest.mark.integration
 
@@ -179,8 +179,9 @@ async def test_traces_of_real_turns_land_in_clickhouse(services, session_namespa
     async with (
         pipeline(settings, FakeEngine(token_interval_s=0.001)) as p,
         running_job(settings, "traces"),
-        run_sink(settings, clickhouse, ("traces",)),
+        run_sink(settings, clickhouse, ("traces", "feedback")),
         EdgeClient.connect(p.url, p.token("tracy")) as client,
+        EdgeClient.connect(p.url, p.token("mallory")) as stranger,
     ):
         conversation = f"c-{uuid.uuid4().hex[:8]}"
         first = await client.ask(conversation, "hello there")
@@ -188,6 +189,18 @@ async def test_traces_of_real_turns_land_in_clickhouse(services, session_namespa
         svg = b"<svg xmlns='http://www.w3.org/2000/svg'/>"
         failed = await client.ask(f"c-{uuid.uuid4().hex[:8]}", "", parts=[image_part(svg)])
         ids = [first.turn_id, second.turn_id, failed.turn_id]
+        await client.give_feedback(first.turn_id, FeedbackKind.THUMBS_DOWN, "too short")
+        await client.give_feedback(first.turn_id, FeedbackKind.REGENERATE)
+        with pytest.raises(TurnRejected) as refused:  # not mallory's turn to rate
+            await stranger.give_feedback(second.turn_id, FeedbackKind.THUMBS_UP)
+        assert refused.value.error.code == "unknown_turn"
+
+        def feedback() -> list[tuple]:
+            query = (
+                "SELECT kind, user_id, comment FROM turnstream.feedback FINAL "
+                "WHERE turn_id IN %(ids)s ORDER BY given_at"
+            )
+            return clickhouse.query(query, parameters={"ids": ids}).result_rows
 
         def rows() -> list[tuple]:
             query = (
@@ -197,7 +210,7 @@ async def test_traces_of_real_turns_land_in_clickhouse(services, session_namespa
             )
             return clickhouse.query(query, parameters={"ids": ids}).result_rows
 
-        await eventually(lambda: len(rows()) == 3)
+        await eventually(lambda: len(rows()) == 3 and len(feedback()) == 2)
     by_id = {row[0]: row for row in rows()}
     _, status, model, user, tokens, history, images, finish, error, ttft = by_id[first.turn_id]
     assert (status, model, user, finish, error) == ("completed", "fake-echo", "tracy", "stop", "")
@@ -205,3 +218,9 @@ async def test_traces_of_real_turns_land_in_clickhouse(services, session_namespa
     assert by_id[second.turn_id][5] == 2  # the second prompt carried the first exchange
     failed_row = by_id[failed.turn_id]
     assert failed_row[6] == 1 and failed_row[7:9] == ("error", "unsupported_media")
+    assert feedback() == [("thumbs_down", "tracy", "too short"), ("regenerate", "tracy", "")]
+    quality = clickhouse.query(
+        "SELECT sum(turns), sum(thumbs_down), max(regenerate_rate) FROM turnstream.quality_daily "
+        "WHERE tenant_id = 'acme' AND model = 'fake-echo'"
+    ).result_rows[0]
+    assert quality[0] >= 2 and quality[1] >= 1 and quality[2] > 0, quality

@@ -335,3 +335,14 @@ def test_a_renewed_token_must_name_the_same_user():
     renew = frame(type="session.authenticate", token=mint_token(SECRET, "alice", "acme"))
     [ready] = session.receive(renew)
     assert isinstance(ready.event, SessionReady) and ready.event.user_id == "alice"
+
+
+def test_feedback_names_the_principal_for_the_shell_to_check():
+    from ws_edge.session import GiveFeedback
+
+    session = authed()
+    [action] = session.receive(frame(type="feedback", turn_id="t1", kind="thumbs_up"))
+    assert action == GiveFeedback("t1", "thumbs_up", "", "acme", "alice")
+    err = only_error(session.receive(frame(type="feedback", turn_id="t1", kind="meh")))
+    assert err.code == "invalid_message"
+    assert only_error(make_session().receive(frame(type="feedback", turn_id="t", kind="stop")))

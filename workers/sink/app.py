@@ -1,5 +1,6 @@
-"""Wiring of the ClickHouse sink: `turns.completed` → table `turns`, `traces` → `traces`
-(one consumer and batch stream per route, in one process that owns the embedded engine)."""
+"""Wiring of the ClickHouse sink: `turns.completed` → table `turns`, `traces` → `traces`,
+`feedback` → `feedback` (one consumer and batch stream per route, in one process that owns
+the embedded engine)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ from typing import Any
 
 from infra.clickhouse.client import DEFAULT_DATABASE, connect
 from infra.clickhouse.migrate import migrate
-from schemas.events import TraceRecorded, TurnCompleted
+from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted
 from schemas.ids import make_instance_id
 from schemas.settings import Settings
-from schemas.topics import DEAD_LETTERS, TRACES, TURNS_COMPLETED, TopicSpec
+from schemas.topics import DEAD_LETTERS, FEEDBACK, TRACES, TURNS_COMPLETED, TopicSpec
 from schemas.traces import TRACE_COLUMNS
 from workers.runtime.kafka import make_consumer, make_producer
 from workers.sink.batch import BatchLimits
-from workers.sink.rows import TURN_COLUMNS, trace_row, turn_row
+from workers.sink.rows import (
+    FEEDBACK_COLUMNS,
+    TURN_COLUMNS,
+    feedback_row,
+    trace_row,
+    turn_row,
+)
 from workers.sink.service import ClickHouseSink, TableSpec
 
 CONSUMER_GROUP = "clickhouse-sink"
@@ -29,6 +36,10 @@ def _turn_row(event: Any, now: float) -> tuple | None:
 
 def _trace_row(event: Any, now: float) -> tuple | None:
     return trace_row(event, now_ms=now) if isinstance(event, TraceRecorded) else None
+
+
+def _feedback_row(event: Any, now: float) -> tuple | None:
+    return feedback_row(event, now_ms=now) if isinstance(event, FeedbackGiven) else None
 
 
 TURNS = TableSpec(
@@ -43,9 +54,16 @@ TRACE_TABLE = TableSpec(
     row_of=_trace_row,
     stamp_index=TRACE_COLUMNS.index("completed_at"),
 )
+FEEDBACK_TABLE = TableSpec(
+    table=f"{DEFAULT_DATABASE}.feedback",
+    columns=FEEDBACK_COLUMNS,
+    row_of=_feedback_row,
+    stamp_index=FEEDBACK_COLUMNS.index("given_at"),
+)
 ROUTES: dict[str, tuple[TopicSpec, TableSpec]] = {
     "turns": (TURNS_COMPLETED, TURNS),
     "traces": (TRACES, TRACE_TABLE),
+    "feedback": (FEEDBACK, FEEDBACK_TABLE),
 }
 
 

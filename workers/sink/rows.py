@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from schemas.events import TraceRecorded, TurnCompleted
+from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted
 from schemas.traces import Prices, build_trace
 
 TURN_COLUMNS = (
@@ -37,6 +37,10 @@ class RowRejected(ValueError):
     code = "invalid_row"
 
 
+def _plausible(at_ms: float, now_ms: float) -> bool:
+    return EARLIEST_MS <= at_ms <= now_ms + FUTURE_SLACK_MS
+
+
 def check_completed(event: TurnCompleted, *, now_ms: float) -> None:
     """Refuse absurd values (they would skew every percentile analysts compute)."""
     t, u = event.timings, event.usage
@@ -47,7 +51,7 @@ def check_completed(event: TurnCompleted, *, now_ms: float) -> None:
         problems.append("negative token count")
     if len(event.text.encode()) > MAX_TEXT_BYTES:
         problems.append(f"text over {MAX_TEXT_BYTES} bytes")
-    if not EARLIEST_MS <= event.completed_at_ms <= now_ms + FUTURE_SLACK_MS:
+    if not _plausible(event.completed_at_ms, now_ms):
         problems.append(f"completed_at_ms {event.completed_at_ms:.0f} is not a plausible time")
     if problems:
         raise RowRejected("; ".join(problems))
@@ -86,3 +90,28 @@ def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = No
         completed=event.completed,
         prices=prices,
     ).values()
+
+
+FEEDBACK_COLUMNS = (
+    "turn_id",
+    "conversation_id",
+    "tenant_id",
+    "user_id",
+    "kind",
+    "comment",
+    "given_at",
+)
+
+
+def feedback_row(event: FeedbackGiven, *, now_ms: float) -> tuple:
+    if not _plausible(event.given_at_ms, now_ms):
+        raise RowRejected(f"given_at_ms {event.given_at_ms:.0f} is not a plausible time")
+    return (
+        event.turn_id,
+        event.conversation_id,
+        event.tenant_id,
+        event.user_id,
+        str(event.kind),
+        event.comment,
+        datetime.fromtimestamp(event.given_at_ms / 1000, tz=UTC),
+    )
