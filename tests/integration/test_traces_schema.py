@@ -57,3 +57,57 @@ CHECK = textwrap.dedent("""
 
 def test_traces_and_views_on_the_embedded_engine(tmp_path):
     check_in_fresh_engine(CHECK, tmp_path)
+
+
+REPORT = textwrap.dedent("""
+    import time
+    from pathlib import Path
+
+    from infra.clickhouse.client import connect
+    from infra.clickhouse.migrate import migrate
+    from infra.clickhouse.report import gather, plot, render
+    from schemas.events import FeedbackGiven, FeedbackKind, FinishReason, Timings
+    from schemas.settings import Settings
+    from schemas.traces import TRACE_COLUMNS, build_trace
+    from tests.support.factories import completed, submitted
+    from workers.sink.rows import FEEDBACK_COLUMNS, feedback_row
+
+    now = time.time() * 1000
+    client = connect(Settings.from_env())
+    migrate(client)
+    rows = []
+    for i in range(30):
+        turn = submitted(f"r{i}", tenant_id="acme" if i % 3 else "globex", submitted_at_ms=now)
+        done = completed(
+            f"r{i}",
+            finish_reason=FinishReason.ERROR if i == 0 else FinishReason.STOP,
+            timings=Timings(queue_ms=1, ttft_ms=20.0 + i, e2e_ms=100.0 + i, itl_ms=[5.0]),
+            completed_at_ms=now + 100,
+        )
+        rows.append(build_trace(turn, completed=done).values())
+    client.insert("turnstream.traces", rows, column_names=list(TRACE_COLUMNS))
+    feedback = [
+        feedback_row(
+            FeedbackGiven(turn_id=t, conversation_id="c", tenant_id="acme", user_id="u",
+                          kind=kind, given_at_ms=now),
+            now_ms=now,
+        )
+        for t, kind in [("r1", FeedbackKind.THUMBS_UP), ("r2", FeedbackKind.THUMBS_DOWN)]
+    ]
+    client.insert("turnstream.feedback", feedback, column_names=list(FEEDBACK_COLUMNS))
+    report = gather(client, hours=24)
+    assert report.headline["turns"] == 30 and len(report.ttft) == 30, report.headline
+    assert abs(report.headline["error_rate"] - 1 / 30) < 1e-9
+    assert {row[0] for row in report.business} == {"acme", "globex"}
+    out = Path.cwd()
+    page = render(report, "report.png")
+    assert "30 turns" in page and "thumbs up 50.0% of 2 rated turns" in page, page
+    plot(report, out / "report.png")
+    assert (out / "report.png").stat().st_size > 10_000
+    print("ok")
+""")
+
+
+def test_the_report_summarises_the_layers(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    check_in_fresh_engine(REPORT, tmp_path)
