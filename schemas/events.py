@@ -175,10 +175,12 @@ class TurnAssembled(Event, tag="turn.assembled"):
 
 class TraceRecorded(Event, tag="trace.recorded"):
     """A turn's trace, joined from its events by the traces job (Kafka `traces`): what the
-    ClickHouse sink turns into one `traces` row (`schemas.traces.build_trace`)."""
+    ClickHouse sink turns into one `traces` row (`schemas.traces.build_trace`). Without
+    `completed`, the turn timed out: it was closed at `closed_at_ms`."""
 
     submitted: TurnSubmitted
-    completed: TurnCompleted
+    completed: TurnCompleted | None = None
+    closed_at_ms: float = 0.0
     preprocess_ms: float = 0.0
     context: PromptContext | None = None
 

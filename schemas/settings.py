@@ -141,6 +141,14 @@ class Settings:
         600.0,
         "A turn unanswered this long stops holding back its conversation's next turns.",
     )
+    trace_timeout_s: float = _var(
+        "TURNSTREAM_TRACE_TIMEOUT_S",
+        900.0,
+        "A turn without turn.completed this long after its first event is traced as timed_out.",
+    )
+    trace_tick_s: float = _var(
+        "TURNSTREAM_TRACE_TICK_S", 10.0, "How often the traces job looks for timed-out turns."
+    )
     # --- ClickHouse sink ---------------------------------------------------------------------
     sink_batch_rows: int = _var(
         "TURNSTREAM_SINK_BATCH_ROWS", 5000, "Rows the sink inserts at most in one batch."

@@ -61,6 +61,13 @@ TRACES = TopicSpec(
     retention_ms=7 * DAY_MS,
     doc="One joined trace per finished turn (from the traces job), for the ClickHouse sink.",
 )
+TRACE_TICKS = TopicSpec(
+    name="traces.ticks",
+    partitions=8,
+    key="partition (explicit)",
+    retention_ms=3600 * 1000,
+    doc="The traces job's own clock: a tick per partition lets it close turns that timed out.",
+)
 FEEDBACK = TopicSpec(
     name="feedback",
     partitions=8,
@@ -82,6 +89,7 @@ REGISTRY: tuple[TopicSpec, ...] = (
     TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TRACES,
+    TRACE_TICKS,
     FEEDBACK,
     DEAD_LETTERS,
 )

@@ -4,18 +4,27 @@ The table is keyed by turn id; a turn's events share a partition (keyed by conve
 so its row lives there too. When a trace is complete it goes to Kafka `traces` and the row
 is deleted. A completed turn seen again (a redelivery) is recognised by a short memory of
 recent turn ids, so the sink's deduplication is the second line, not the first.
+
+Timeouts: faust only lets a table change while one of its partition's events is processed,
+so the job sends itself a tick per partition (topic `traces.ticks`, co-partitioned) every
+`TURNSTREAM_TRACE_TICK_S`; on a tick it closes the partition's turns older than
+`TURNSTREAM_TRACE_TIMEOUT_S` with a `timed_out` trace.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 
 import faust
 
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
+from schemas.events import TraceRecorded
+from schemas.ids import now_ms
 from schemas.settings import Settings
 from schemas.topics import (
+    TRACE_TICKS,
     TRACES,
     TURNS_ASSEMBLED,
     TURNS_COMPLETED,
@@ -23,7 +32,13 @@ from schemas.topics import (
     TURNS_SUBMITTED,
 )
 from stream_jobs.faust_app import make_app
-from stream_jobs.traces.state import decode_pending, encode_pending, on_event
+from stream_jobs.traces.state import (
+    decode_pending,
+    encode_pending,
+    expired,
+    on_event,
+    timed_out,
+)
 
 log = logging.getLogger("turnstream.traces")
 
@@ -38,33 +53,79 @@ class TracesJob:
     def __init__(self, app: faust.App, settings: Settings) -> None:
         ns = settings.namespace
         sources = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_ASSEMBLED, TURNS_COMPLETED)
-        self.source = app.topic(*(t.full_name(ns) for t in sources))
+        self.ticks_topic = TRACE_TICKS.full_name(ns)
+        self.source = app.topic(*(t.full_name(ns) for t in sources), self.ticks_topic)
         self.traces = app.topic(TRACES.full_name(ns))
+        self.ticks = app.topic(self.ticks_topic)
         self.table = app.Table(
             "pending", partitions=TURNS_SUBMITTED.partitions, key_type=bytes, value_type=bytes
         )
+        self.timeout_ms = settings.trace_timeout_s * 1000
         self.recent: dict[str, None] = {}
+        # Open turns per partition, with when they were first seen: a tick on a partition
+        # closes its expired turns (table writes must happen in that partition's events).
+        self.opened: dict[int, dict[bytes, float]] = defaultdict(dict)
+        self._indexed: set[int] = set()
         app.agent(self.source, name="join")(self._consume)
+        app.timer(interval=settings.trace_tick_s)(self._tick)
+
+    async def _tick(self) -> None:
+        for partition in range(TRACE_TICKS.partitions):
+            await self.ticks.send(value=b"tick", partition=partition)
 
     async def _consume(self, stream: faust.Stream) -> None:
-        async for payload in stream:
-            try:
-                event = decode(payload)
-            except DecodeError as err:
-                log.warning("skipping an undecodable event: %s", err)  # dead-lettered upstream
+        async for event in stream.events():
+            partition = event.message.partition
+            self._index_recovered(partition)
+            if event.message.topic == self.ticks_topic:
+                await self._close_expired(partition)
                 continue
-            if event.turn_id in self.recent:
-                continue
-            key = event.turn_id.encode()
-            pending = decode_pending(self.table.get(key))
-            trace = on_event(pending, event)
+            await self._join(event.value, partition)
+
+    async def _join(self, payload: bytes, partition: int) -> None:
+        try:
+            event = decode(payload)
+        except DecodeError as err:
+            log.warning("skipping an undecodable event: %s", err)  # dead-lettered upstream
+            return
+        if event.turn_id in self.recent:
+            return
+        key = event.turn_id.encode()
+        pending = decode_pending(self.table.get(key))
+        trace = on_event(pending, event)
+        if trace is None:
+            self.table[key] = encode_pending(pending)
+            self.opened[partition].setdefault(key, now_ms())
+            return
+        await self._emit(trace, key, partition)
+
+    async def _close_expired(self, partition: int) -> None:
+        now = now_ms()
+        for key in expired(self.opened[partition], now, self.timeout_ms):
+            trace = timed_out(decode_pending(self.table.get(key)), key.decode(), now)
             if trace is None:
-                self.table[key] = encode_pending(pending)
+                log.warning("dropping turn %s: timed out and never submitted", key.decode())
+                self.opened[partition].pop(key, None)
+                self.table.pop(key, None)
                 continue
-            await self.traces.send(
-                key=trace.submitted.conversation_id.encode(), value=encode(trace)
-            )
-            self.table.pop(key, None)
-            self.recent[event.turn_id] = None
-            if len(self.recent) > RECENT:
-                del self.recent[next(iter(self.recent))]
+            await self._emit(trace, key, partition)
+
+    async def _emit(self, trace: TraceRecorded, key: bytes, partition: int) -> None:
+        conversation = trace.submitted.conversation_id.encode()
+        await self.traces.send(key=conversation, value=encode(trace))
+        self.table.pop(key, None)
+        self.opened[partition].pop(key, None)
+        self.recent[trace.turn_id] = None
+        if len(self.recent) > RECENT:
+            del self.recent[next(iter(self.recent))]
+
+    def _index_recovered(self, partition: int) -> None:
+        """Rows recovered from the changelog are open turns too; their clock starts now."""
+        if partition in self._indexed:
+            return
+        self._indexed.add(partition)
+        recovered = getattr(self.table.data, "_key_partition", {})  # memory store: from recovery
+        now = now_ms()
+        for key, key_partition in list(recovered.items()):
+            if key_partition == partition and key in self.table:
+                self.opened[partition].setdefault(key, now)

@@ -64,3 +64,22 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
         preprocess_ms=pending.preprocess_ms,
         context=pending.context,
     )
+
+
+def timed_out(pending: PendingTrace, turn_id: str, now_ms: float) -> TraceRecorded | None:
+    """The trace of a turn whose completion never came (None when not even its submission
+    was seen: there is nothing to record)."""
+    if pending.submitted is None:
+        return None
+    return TraceRecorded(
+        turn_id=turn_id,
+        submitted=pending.submitted,
+        closed_at_ms=now_ms,
+        preprocess_ms=pending.preprocess_ms,
+        context=pending.context,
+    )
+
+
+def expired(opened: dict[bytes, float], now_ms: float, timeout_ms: float) -> list[bytes]:
+    """Keys first seen longer than `timeout_ms` ago."""
+    return [key for key, first_seen in opened.items() if now_ms - first_seen >= timeout_ms]

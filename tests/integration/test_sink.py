@@ -16,7 +16,7 @@ from schemas.codec import encode
 from schemas.events import FeedbackKind, Timings
 from schemas.ids import now_ms
 from schemas.settings import Settings
-from tests.support.factories import completed
+from tests.support.factories import completed, submitted
 from tests.support.kafka import records_so_far
 from tests.support.polling import eventually
 from tests.support.stack import pipeline, running_job
@@ -224,3 +224,31 @@ async def test_traces_of_real_turns_land_in_clickhouse(services, session_namespa
         "WHERE tenant_id = 'acme' AND model = 'fake-echo'"
     ).result_rows[0]
     assert quality[0] >= 2 and quality[1] >= 1 and quality[2] > 0, quality
+
+
+async def test_a_turn_that_never_completes_is_traced_as_timed_out(
+    services, session_namespace, clickhouse
+):
+    settings = Settings.from_env(
+        namespace=f"{session_namespace}-timeout",
+        trace_timeout_s=1.0,
+        trace_tick_s=0.3,
+        sink_linger_ms=50,
+    )
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    lost = submitted(f"lost-{uuid.uuid4().hex[:8]}", submitted_at_ms=now_ms())
+    async with running_job(settings, "traces"), run_sink(settings, clickhouse, ("traces",)):
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        await producer.start()
+        try:
+            topic = f"{settings.namespace}.turns.submitted"
+            await producer.send_and_wait(topic, encode(lost), lost.conversation_id.encode())
+        finally:
+            await producer.stop()
+
+        def row() -> list[tuple]:
+            query = "SELECT status, error_code FROM turnstream.traces FINAL WHERE turn_id = %(t)s"
+            return clickhouse.query(query, parameters={"t": lost.turn_id}).result_rows
+
+        await eventually(lambda: bool(row()))
+    assert row() == [("timed_out", "timed_out")]

@@ -32,3 +32,20 @@ def test_pending_state_round_trips():
     pending = PendingTrace()
     on_event(pending, submitted("t3"))
     assert decode_pending(encode_pending(pending)) == pending
+
+
+def test_a_turn_without_completion_is_closed_as_timed_out():
+    from schemas.traces import TRACE_COLUMNS
+    from stream_jobs.traces.state import expired, timed_out
+    from workers.sink.rows import trace_row
+
+    opened = {b"old": 1_000.0, b"new": 9_000.0}
+    assert expired(opened, now_ms=10_000.0, timeout_ms=5_000.0) == [b"old"]
+    pending = PendingTrace()
+    assert timed_out(pending, "t4", 10_000.0) is None  # never submitted: nothing to record
+    turn = submitted("t4", submitted_at_ms=1_800_000_000_000.0)
+    on_event(pending, turn)
+    trace = timed_out(pending, "t4", 1_800_000_060_000.0)
+    assert trace is not None and trace.completed is None
+    row = dict(zip(TRACE_COLUMNS, trace_row(trace, now_ms=1_800_000_060_000.0), strict=True))
+    assert (row["status"], row["error_code"], row["e2e_ms"]) == ("timed_out", "timed_out", 60_000.0)

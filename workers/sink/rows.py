@@ -82,12 +82,16 @@ def turn_row(event: TurnCompleted, *, now_ms: float) -> tuple:
 
 
 def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = None) -> tuple:
-    check_completed(event.completed, now_ms=now_ms)
+    if event.completed is not None:
+        check_completed(event.completed, now_ms=now_ms)
+    elif not _plausible(event.closed_at_ms, now_ms):
+        raise RowRejected(f"closed_at_ms {event.closed_at_ms:.0f} is not a plausible time")
     return build_trace(
         event.submitted,
         preprocess_ms=event.preprocess_ms,
         context=event.context,
         completed=event.completed,
+        closed_at_ms=event.closed_at_ms,
         prices=prices,
     ).values()
 
