@@ -5,17 +5,22 @@ and a crash between insert and commit leaves no duplicate."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import uuid
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from infra.kafka.topics import ensure_topics
+from infra.stack import REPO, Child
 from schemas.codec import encode
 from schemas.events import FeedbackKind, Timings
 from schemas.ids import now_ms
-from schemas.settings import Settings
+from schemas.settings import Settings, settings_env
 from tests.support.factories import completed, submitted
 from tests.support.kafka import records_so_far
 from tests.support.polling import eventually
@@ -31,9 +36,12 @@ pytestmark = pytest.mark.integration
 def clickhouse(tmp_path_factory):
     """One embedded engine for this module (chdb allows one data directory per process)."""
     from infra.clickhouse.client import connect
+    from infra.clickhouse.migrate import migrate
 
     home = tmp_path_factory.mktemp("sink-home")
-    return connect(Settings.from_env(state_dir=str(home)))
+    client = connect(Settings.from_env(state_dir=str(home)))
+    migrate(client)
+    return client
 
 
 def turns_settings(services: Settings, name: str) -> Settings:
@@ -153,6 +161,8 @@ async def test_a_crash_between_insert_and_commit_leaves_no_duplicate(services, c
     settings = turns_settings(services, "crash")
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     await publish(settings, turns_of(40, "crash"))
+    # No background merges: the ReplacingMergeTree must not hide a repeat, only the token may.
+    clickhouse.command("SYSTEM STOP MERGES turnstream.turns")
     dying = DyingClient(clickhouse)
     try:
         async with run_sink(settings, dying, ("turns",)):
@@ -168,6 +178,7 @@ async def test_a_crash_between_insert_and_commit_leaves_no_duplicate(services, c
         await wait_for_rows(clickhouse, "crash", 40, final=False)
         await asyncio.sleep(0.5)  # a repeated insert would have landed by now
     assert await asyncio.to_thread(count, clickhouse, "crash", False) == 40  # no FINAL needed
+    clickhouse.command("SYSTEM START MERGES turnstream.turns")
 
 
 async def test_traces_of_real_turns_land_in_clickhouse(services, session_namespace, clickhouse):
@@ -252,3 +263,88 @@ async def test_a_turn_that_never_completes_is_traced_as_timed_out(
 
         await eventually(lambda: bool(row()))
     assert row() == [("timed_out", "timed_out")]
+
+
+COUNT_ROWS = """
+import sys
+from infra.clickhouse.client import connect
+from infra.stack import REPO, Child
+from schemas.settings import Settings, settings_env
+query = "SELECT count(), uniqExact(turn_id) FROM turnstream.turns WHERE turn_id LIKE %(p)s"
+rows = connect(Settings.from_env()).query(query, parameters={"p": sys.argv[1] + "-%"})
+print(*rows.result_rows[0])
+"""
+
+
+def count_in_process(home, prefix: str) -> tuple[int, int]:
+    """Rows and distinct turns, read by a process of its own (the engine's lock is free once
+    the sink process is gone)."""
+    result = subprocess.run(
+        [sys.executable, "-c", COUNT_ROWS, prefix],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"TURNSTREAM_HOME": str(home), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    rows, distinct = result.stdout.split()
+    return int(rows), int(distinct)
+
+
+async def committed(settings: Settings) -> int:
+    """Offsets the sink's consumer group has committed on turns.completed, summed."""
+    topic = f"{settings.namespace}.turns.completed"
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(f"{topic}.clickhouse-sink")
+    finally:
+        await admin.close()
+    return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset > 0)
+
+
+async def test_a_sink_process_killed_mid_drain_loses_and_repeats_nothing(services, tmp_path):
+    """SIGKILL a real sink process twice while it drains 6000 turns in batches of 20: what
+    it had inserted but not committed is read again by the next one; every turn lands and
+    none shows twice. The kill's timing is not controlled (a kill between insert and commit
+    is likely, not certain), and merges may also collapse repeats: the in-process crash
+    test is the deterministic one. (Each restart waits out the dead member's session.)"""
+    home = tmp_path / "killed-sink"
+    settings = Settings.from_env(
+        namespace=f"sink-kill-{uuid.uuid4().hex[:6]}",
+        state_dir=str(home),
+        sink_batch_rows=20,
+        sink_linger_ms=10,
+    )
+    total = 6000
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    await publish(settings, turns_of(total, "killed"))
+    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
+    logs = home / "logs"
+    logs.mkdir(parents=True)
+    progress = 0
+    for round_ in range(2):
+        sink = Child("sink", "workers.sink", logs / f"sink-{round_}.log", env)
+        await asyncio.to_thread(sink.wait_ready, 120)
+
+        async def moved(since: int = progress) -> bool:
+            return await committed(settings) >= since + 200
+
+        await eventually(moved, timeout_s=120, every_s=0.02)
+        sink.process.kill()  # SIGKILL mid-drain: no drain, no last commit
+        await asyncio.to_thread(sink.process.wait)
+        sink.stop()
+        progress = await committed(settings)
+        assert progress < total, "drained before the kill: the test proves nothing"
+    final = Child("sink", "workers.sink", logs / "sink-final.log", env)
+    await asyncio.to_thread(final.wait_ready, 120)
+
+    async def drained() -> bool:
+        return await committed(settings) >= total
+
+    await eventually(drained, timeout_s=180)
+    await asyncio.to_thread(final.stop)
+    rows, distinct = await asyncio.to_thread(count_in_process, home, "killed")
+    assert distinct == total  # nothing lost
+    assert rows == total  # nothing repeated, even without FINAL
