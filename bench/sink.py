@@ -132,7 +132,7 @@ async def lag_at(client, rate: float, seconds: float) -> dict:
             settings, (lambda i=i: turn_payload(i, now_ms(), run) for i in range(rows)), rate
         )
         await wait_rows(client, run, rows)
-    return {"rate": rate, "rows": rows, "lag_ms": summary(sink.stats.lag_ms)}
+    return {"rate": rate, "rows": rows, "lag_ms": summary(list(sink.stats.lag_ms))}
 
 
 def plot(results: dict, path) -> None:

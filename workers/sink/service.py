@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from workers.sink.rows import RowRejected
 log = logging.getLogger("turnstream.sink")
 
 MAX_RETRY_DELAY_S = 5.0
+LAG_SAMPLES = 200_000  # enough for every row of a benchmark run
 RowOf = Callable[[Any, float], tuple | None]  # event, now → row (None: not for this table)
 
 
@@ -41,7 +43,8 @@ class SinkStats:
     inserts: int = 0
     insert_failures: int = 0
     dead_letters: int = 0
-    lag_ms: list[float] = field(default_factory=list)  # completed → insert acknowledged
+    # completed → insert acknowledged, the latest LAG_SAMPLES rows (a sink runs for months)
+    lag_ms: deque[float] = field(default_factory=lambda: deque(maxlen=LAG_SAMPLES))
 
 
 @dataclass
@@ -128,9 +131,9 @@ class ClickHouseSink:
         self.stats.rows += len(batch.rows)
         if self.spec.stamp_index is not None:
             done = time.time() * 1000
-            self.stats.lag_ms += [
+            self.stats.lag_ms.extend(
                 done - row[self.spec.stamp_index].timestamp() * 1000 for row in batch.rows
-            ]
+            )
 
     async def _dead_letter(self, record: ConsumerRecord, code: str, reason: str) -> None:
         log.warning(
