@@ -98,7 +98,6 @@ class AssemblyJob:
             key_type=bytes,
             value_type=bytes,
         )
-        self.truncated_turns = 0
         app.agent(self.source, name="assemble")(self._consume)
 
     @property
@@ -181,7 +180,6 @@ class AssemblyJob:
         state.turns += 1
         if context.dropped_messages:
             state.truncated_turns += 1
-            self.truncated_turns += 1
         assembled = TurnAssembled(
             turn_id=turn.turn_id,
             submitted=submitted,
