@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import threading
 import uuid
 
@@ -16,11 +14,12 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from infra.kafka.topics import ensure_topics
-from infra.stack import REPO, Child
+from infra.stack import Child
 from schemas.codec import encode
 from schemas.events import FeedbackKind, Timings
 from schemas.ids import now_ms
 from schemas.settings import Settings, settings_env
+from tests.support.chdb import run_in_engine
 from tests.support.factories import completed, submitted
 from tests.support.kafka import records_so_far
 from tests.support.polling import eventually
@@ -268,8 +267,7 @@ async def test_a_turn_that_never_completes_is_traced_as_timed_out(
 COUNT_ROWS = """
 import sys
 from infra.clickhouse.client import connect
-from infra.stack import REPO, Child
-from schemas.settings import Settings, settings_env
+from schemas.settings import Settings
 query = "SELECT count(), uniqExact(turn_id) FROM turnstream.turns WHERE turn_id LIKE %(p)s"
 rows = connect(Settings.from_env()).query(query, parameters={"p": sys.argv[1] + "-%"})
 print(*rows.result_rows[0])
@@ -279,16 +277,7 @@ print(*rows.result_rows[0])
 def count_in_process(home, prefix: str) -> tuple[int, int]:
     """Rows and distinct turns, read by a process of its own (the engine's lock is free once
     the sink process is gone)."""
-    result = subprocess.run(
-        [sys.executable, "-c", COUNT_ROWS, prefix],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={"TURNSTREAM_HOME": str(home), "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
-    rows, distinct = result.stdout.split()
+    rows, distinct = run_in_engine(COUNT_ROWS, home, prefix).split()
     return int(rows), int(distinct)
 
 

@@ -1,5 +1,5 @@
-"""Running a check against a fresh embedded ClickHouse engine in its own process (chdb
-allows one data directory per process, and the test process may already hold one)."""
+"""Running a script against an embedded ClickHouse engine in its own process (chdb allows
+one data directory per process, and the test process may already hold one)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 from infra.stack import REPO
 
 
-def check_in_fresh_engine(script: str, home: Path) -> None:
-    """Run `script` with TURNSTREAM_HOME=`home`; it must exit 0 and print `ok` last."""
+def run_in_engine(script: str, home: Path, *args: str) -> str:
+    """Run `script` (with `args`) against the engine under TURNSTREAM_HOME=`home`, in a
+    process of its own; it must exit 0. Returns what it printed."""
     result = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", script, *args],
         check=False,
         cwd=REPO,
         capture_output=True,
@@ -22,4 +23,9 @@ def check_in_fresh_engine(script: str, home: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith("ok")
+    return result.stdout
+
+
+def check_in_fresh_engine(script: str, home: Path) -> None:
+    """Run `script` with TURNSTREAM_HOME=`home`; it must exit 0 and print `ok` last."""
+    assert run_in_engine(script, home).strip().endswith("ok")
