@@ -1,0 +1,108 @@
+"""Runs one parsed HTTP request on the embedded engine (blocking: the server calls it from
+worker threads).
+
+Each request gets its own chdb connection. chdb documents that queries on different
+connections to the one engine of a process run in parallel and safely, while one
+connection must not be used by two threads at once and keeps `USE`/`SET` state; measured
+here (chdb 4.4): two 0.14 s queries on two connections finish together in 0.18 s, the GIL
+is released meanwhile, and 8 threads opening, SETting, inserting and closing connections
+in a loop run clean. A connection costs ~0.2 ms to open while the engine is up, and a fresh
+one per request means a request's settings and database never leak into the next. The
+engine stays up between requests through `_keeper`, a connection held for the server's life.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import chdb
+
+from infra.clickhouse.http_protocol import HttpQuery, error_code, set_statement
+
+
+class EngineError(Exception):
+    """The engine refused or failed the statement: its ClickHouse code and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    body: bytes
+    fmt: str | None  # output format; None when the statement has no result set
+    summary: dict[str, str]
+
+
+class EmbeddedEngine:
+    """The engine at `location` (the same spelling the process's other clients use: chdb
+    compares engine paths literally)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._keeper: Any = chdb.connect(location)
+        row = self._keeper.query("SELECT timezone()", "TabSeparated").bytes()
+        self.timezone = row.decode().strip()
+
+    def close(self) -> None:
+        self._keeper.close()
+
+    def run(self, request: HttpQuery) -> Outcome:
+        conn = chdb.connect(self.location)
+        try:
+            if request.database:
+                _query(conn, f"USE `{request.database.replace('`', '``')}`", "TabSeparated")
+            for name, value in request.settings.items():
+                _query(conn, set_statement(name, value), "TabSeparated")
+            if request.readonly and "readonly" not in request.settings:
+                _query(conn, "SET readonly = 2", "TabSeparated")
+            if request.insert is not None:
+                return _insert(conn, request)
+            result = _query(conn, request.sql, request.default_format, request.params)
+            body = result.bytes() or b""
+            fmt = request.output_format or (request.default_format if body else None)
+            return Outcome(body=body, fmt=fmt, summary=_summary(result, len(body)))
+        finally:
+            conn.close()
+
+
+def _insert(conn: Any, request: HttpQuery) -> Outcome:
+    """chdb takes insert data through a file (`INSERT ... FROM INFILE`), as clickhouse-
+    connect's own chdb backend does."""
+    assert request.insert is not None
+    with tempfile.NamedTemporaryFile(prefix="ts-insert-", suffix=".data", delete=False) as tmp:
+        tmp.write(request.insert.data)
+    try:
+        sql = request.insert.infile_sql(tmp.name)
+        result = _query(conn, sql, "TabSeparated", request.params)
+        return Outcome(body=b"", fmt=None, summary=_summary(result, 0))
+    finally:
+        os.unlink(tmp.name)
+
+
+def _query(conn: Any, sql: str, fmt: str, params: dict[str, str] | None = None) -> Any:
+    try:
+        return conn.query(sql, fmt, params=params or {})
+    except Exception as err:  # chdb raises ChdbError (a RuntimeError) with the engine text
+        message = str(err)
+        raise EngineError(error_code(message), message) from None
+
+
+def _summary(result: Any, result_bytes: int) -> dict[str, str]:
+    """X-ClickHouse-Summary's keys (strings, as a server sends them). chdb's `rows_read` is
+    the result's rows; what the query read from tables is `storage_rows_read`."""
+    return {
+        "read_rows": str(result.storage_rows_read()),
+        "read_bytes": str(result.storage_bytes_read()),
+        "written_rows": str(result.rows_written()),
+        "written_bytes": str(result.bytes_written()),
+        "total_rows_to_read": str(result.storage_rows_read()),
+        "result_rows": str(result.rows_read()),
+        "result_bytes": str(result_bytes),
+        "elapsed_ns": str(int(result.elapsed() * 1e9)),
+    }

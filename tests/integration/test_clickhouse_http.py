@@ -1,0 +1,329 @@
+"""Analysts' access while the sink runs: a real sink process (embedded engine, its own data
+directory and namespace) serves the ClickHouse HTTP interface, and clickhouse-connect's
+HTTP client and the SQL CLI read what the sink wrote, write scratch tables, bind
+parameters, get ClickHouse's errors with their codes and run queries side by side."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from datetime import UTC, datetime
+
+import clickhouse_connect
+import pytest
+from aiokafka import AIOKafkaProducer
+from clickhouse_connect.driver.exceptions import DatabaseError
+
+from infra.clickhouse.client import analyst_client, sink_http_answers
+from infra.kafka.topics import ensure_topics
+from infra.stack import REPO, Child, free_port
+from schemas.codec import encode
+from schemas.events import PromptContext, Timings, TraceRecorded, Usage
+from schemas.ids import now_ms
+from schemas.settings import Settings, settings_env
+from tests.support.factories import completed, submitted
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+TRACES = 3
+TURNS = 4
+
+
+def ms_time(stamp_ms: int) -> datetime:
+    return datetime.fromtimestamp(stamp_ms / 1000, tz=UTC).replace(tzinfo=None)
+
+
+def naive_utc(value: datetime) -> datetime:
+    return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
+
+
+class Sink:
+    """The sink process and what was sent through it."""
+
+    def __init__(self, settings: Settings, child: Child, tenant: str, stamp_ms: int) -> None:
+        self.settings = settings
+        self.child = child
+        self.tenant = tenant
+        self.stamp_ms = stamp_ms
+        self.port = settings.clickhouse_http_port
+
+    def client(self, compress: bool | str = False):
+        return clickhouse_connect.get_client(host="127.0.0.1", port=self.port, compress=compress)
+
+
+def trace_event(tenant: str, i: int, stamp_ms: int) -> TraceRecorded:
+    turn = f"{tenant}-trace-{i}"
+    sent = submitted(turn, tenant_id=tenant, user_id=f"user-{i}", submitted_at_ms=stamp_ms)
+    done = completed(
+        turn,
+        tenant_id=tenant,
+        user_id=f"user-{i}",
+        model=f"model-{i % 2}",
+        usage=Usage(10 + i, 20 + i),
+        timings=Timings(queue_ms=1, ttft_ms=5.0 + i, e2e_ms=50 + i, itl_ms=[1.5, 2.5 + i]),
+        completed_at_ms=stamp_ms + 100 + i,
+    )
+    context = PromptContext(
+        history_messages=i, dropped_messages=0, prompt_tokens=10, retrieved=[f"doc-{i}", "faq"]
+    )
+    return TraceRecorded(turn_id=turn, submitted=sent, completed=done, context=context)
+
+
+async def publish(settings: Settings, tenant: str, stamp_ms: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for i in range(TRACES):
+            event = trace_event(tenant, i, stamp_ms + 1000 * i)
+            await producer.send_and_wait(f"{settings.namespace}.traces", encode(event), b"k")
+        for i in range(TURNS):
+            turn = completed(
+                f"{tenant}-turn-{i}",
+                tenant_id=tenant,
+                text=f"answer {i}",
+                timings=Timings(queue_ms=1, ttft_ms=None if i == 0 else 3.0, e2e_ms=9, itl_ms=[]),
+                completed_at_ms=stamp_ms + i,
+            )
+            await producer.send_and_wait(
+                f"{settings.namespace}.turns.completed", encode(turn), b"k"
+            )
+    finally:
+        await producer.stop()
+
+
+@pytest.fixture(scope="module")
+async def sink(services, tmp_path_factory):
+    home = tmp_path_factory.mktemp("http-sink")
+    settings = Settings.from_env(
+        namespace=f"chhttp-{uuid.uuid4().hex[:6]}",
+        state_dir=str(home),
+        clickhouse_http_port=free_port(),
+        sink_linger_ms=50,
+    )
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    tenant = f"tenant-{uuid.uuid4().hex[:8]}"
+    stamp_ms = int(now_ms()) - 60_000
+    await publish(settings, tenant, stamp_ms)
+    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
+    (home / "logs").mkdir()
+    child = Child("sink", "workers.sink", home / "logs" / "sink.log", env)
+    try:
+        await asyncio.to_thread(child.wait_ready, 120)
+        running = Sink(settings, child, tenant, stamp_ms)
+        client = running.client()
+
+        def landed() -> bool:
+            q = "SELECT (SELECT count() FROM turnstream.traces WHERE tenant_id = %(t)s), "
+            q += "(SELECT count() FROM turnstream.turns WHERE tenant_id = %(t)s)"
+            return client.query(q, parameters={"t": tenant}).result_rows[0] == (TRACES, TURNS)
+
+        await eventually(lambda: asyncio.to_thread(landed))
+        yield running
+    finally:
+        await asyncio.to_thread(child.stop)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_rows_the_sink_wrote_come_back_typed(sink, compress):
+    client = sink.client(compress)
+    result = client.query(
+        "SELECT turn_id, tenant_id, model, retrieved, itl_ms, ttft_ms, submitted_at, "
+        "completed_at, toTypeName(tenant_id) FROM turnstream.traces FINAL "
+        "WHERE tenant_id = %(t)s ORDER BY submitted_at",
+        parameters={"t": sink.tenant},
+    )
+    assert result.column_names[:3] == ("turn_id", "tenant_id", "model")
+    assert len(result.result_rows) == TRACES
+    for i, row in enumerate(result.result_rows):
+        turn, tenant, model, retrieved, itl, ttft, sent_at, done_at, tenant_type = row
+        stamp = sink.stamp_ms + 1000 * i
+        assert (turn, tenant, model) == (f"{sink.tenant}-trace-{i}", sink.tenant, f"model-{i % 2}")
+        assert tenant_type == "LowCardinality(String)"
+        assert retrieved == [f"doc-{i}", "faq"]
+        assert itl == pytest.approx([1.5, 2.5 + i]) and ttft == pytest.approx(5.0 + i)
+        assert naive_utc(sent_at) == ms_time(stamp)
+        assert naive_utc(done_at) == ms_time(stamp + 100 + i)
+    turns = client.query(
+        "SELECT turn_id, text, ttft_ms, completed_at FROM turnstream.turns FINAL "
+        "WHERE tenant_id = %(t)s ORDER BY turn_id",
+        parameters={"t": sink.tenant},
+    ).result_rows
+    assert [(t[0], t[1]) for t in turns] == [
+        (f"{sink.tenant}-turn-{i}", f"answer {i}") for i in range(TURNS)
+    ]
+    assert turns[0][2] is None and turns[1][2] == pytest.approx(3.0)  # Nullable
+    assert naive_utc(turns[3][3]) == ms_time(sink.stamp_ms + 3)
+
+
+@pytest.mark.parametrize("compress", [False, True, "zstd", "gzip"])
+def test_command_and_insert_round_trip_a_scratch_table(sink, compress):
+    client = sink.client(compress)
+    table = f"turnstream.scratch_{uuid.uuid4().hex[:8]}"
+    client.command(
+        f"CREATE TABLE {table} (id UInt32, tag LowCardinality(String), at DateTime64(3, 'UTC'), "
+        "words Array(String), score Nullable(Float64)) ENGINE = MergeTree ORDER BY id"
+    )
+    try:
+        rows = [
+            (i, f"tag-{i % 3}", ms_time(sink.stamp_ms + i), ["w"] * i, None if i % 2 else i / 4)
+            for i in range(500)
+        ]
+        summary = client.insert(table, rows, column_names=["id", "tag", "at", "words", "score"])
+        assert summary.written_rows == len(rows)
+        back = client.query(f"SELECT * FROM {table} ORDER BY id").result_rows
+        assert [(r[0], r[1], naive_utc(r[2]), r[3], r[4]) for r in back] == rows
+        assert client.command(f"SELECT count() FROM {table} WHERE tag = 'tag-1'") == 167
+        assert client.command(f"SELECT max(id), min(tag) FROM {table}") == ["499", "tag-0"]
+    finally:
+        client.command(f"DROP TABLE IF EXISTS {table}")
+    assert not client.command(f"EXISTS TABLE {table}")
+
+
+@pytest.mark.parametrize("form", [False, True])
+def test_server_side_bind_parameters(sink, form):
+    """In the URL, or as multipart form fields (what clickhouse-connect does for large
+    parameters or when asked)."""
+    client = clickhouse_connect.get_client(
+        host="127.0.0.1", port=sink.port, form_encode_query_params=form
+    )
+    ids = [f"{sink.tenant}-trace-0", f"{sink.tenant}-trace-2", "nobody"]
+    rows = client.query(
+        "SELECT turn_id, {label:String} FROM turnstream.traces FINAL "
+        "WHERE tenant_id = {tenant:String} AND turn_id IN {ids:Array(String)} ORDER BY turn_id",
+        parameters={"tenant": sink.tenant, "ids": ids, "label": "it's"},
+    ).result_rows
+    assert rows == [(ids[0], "it's"), (ids[1], "it's")]
+
+
+def test_wrong_sql_raises_the_clickhouse_error_with_its_code(sink):
+    client = sink.client()
+    with pytest.raises(DatabaseError) as syntax:
+        client.query("SELEC 1")
+    assert syntax.value.code == 62 and "Syntax error" in str(syntax.value)
+    with pytest.raises(DatabaseError) as missing:
+        client.command("SELECT * FROM turnstream.no_such_table")
+    assert missing.value.code == 60
+    url = f"http://127.0.0.1:{sink.port}/?query=SELECT+nope_nope()"
+    with pytest.raises(urllib.error.HTTPError) as raw:
+        urllib.request.urlopen(url, timeout=30)
+    assert raw.value.code == 404 and raw.value.headers["X-ClickHouse-Exception-Code"] == "46"
+    assert raw.value.read().startswith(b"Code: 46. DB::Exception:")
+
+
+def test_plain_http_headers_formats_and_readonly_get(sink):
+    query = (
+        "SELECT turn_id FROM turnstream.turns FINAL "
+        f"WHERE tenant_id = '{sink.tenant}' ORDER BY turn_id"
+    )
+    request = urllib.request.Request(  # urllib posts as a form, as `curl -d` does: still SQL
+        f"http://127.0.0.1:{sink.port}/?default_format=JSONEachRow&query_id=mine",
+        data=query.encode(),
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        rows = [json.loads(line) for line in response.read().splitlines()]
+        assert rows == [{"turn_id": f"{sink.tenant}-turn-{i}"} for i in range(TURNS)]
+        assert response.headers["X-ClickHouse-Format"] == "JSONEachRow"
+        assert response.headers["X-ClickHouse-Query-Id"] == "mine"
+        assert response.headers["X-ClickHouse-Timezone"]
+        summary = json.loads(response.headers["X-ClickHouse-Summary"])
+        assert int(summary["read_rows"]) >= TURNS and summary["result_rows"] == str(TURNS)
+    with urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/ping", timeout=30) as ping:
+        assert ping.read() == b"Ok.\n"
+    create = "CREATE+TABLE+turnstream.get_refused+(a+UInt8)+ENGINE=Memory"
+    with pytest.raises(urllib.error.HTTPError) as refused:  # GET is read-only, as on a server
+        urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/?query={create}", timeout=30)
+    assert refused.value.headers["X-ClickHouse-Exception-Code"] == "164"
+
+
+async def test_a_query_is_answered_while_another_runs(sink):
+    """The slow query is seen running in system.processes by a second query: the second
+    was served meanwhile (no timing assumed). Both answers are complete."""
+    marker = f"slow-{uuid.uuid4().hex[:8]}"
+    slow_sql = (
+        f"SELECT sum(number), max(sleepEachRow(0.02)), '{marker}' FROM numbers(250) "
+        "SETTINGS max_block_size = 1"
+    )
+    slow = asyncio.create_task(asyncio.to_thread(lambda: sink.client().query(slow_sql)))
+    other = await asyncio.to_thread(sink.client)
+    seen = (
+        "SELECT count() FROM system.processes "
+        f"WHERE query LIKE '%{marker}%' AND query NOT LIKE '%system.processes%'"
+    )
+
+    async def slow_is_running() -> bool:
+        return slow.done() or await asyncio.to_thread(other.command, seen) == 1
+
+    try:
+        await eventually(slow_is_running, every_s=0.01)
+        assert not slow.done(), f"the slow query ended before it was seen: {slow}"
+        count = f"SELECT count() FROM turnstream.traces WHERE tenant_id = '{sink.tenant}'"
+        assert await asyncio.to_thread(other.command, count) == TRACES
+    finally:
+        result = await slow
+    assert result.result_rows == [(250 * 249 // 2, 0, marker)]
+
+
+def test_analyst_client_takes_the_running_sink_and_only_its_own(sink, tmp_path):
+    assert sink_http_answers(sink.settings)
+    client = analyst_client(sink.settings)
+    assert type(client).__name__ != "ChdbClient"
+    count = f"SELECT count() FROM turnstream.turns WHERE tenant_id = '{sink.tenant}'"
+    assert client.command(count) == TURNS
+    stranger = Settings.from_env(
+        state_dir=str(tmp_path / "other-home"), clickhouse_http_port=sink.port
+    )
+    assert not sink_http_answers(stranger)  # another home's sink is not ours
+
+
+def run_cli(sink: Sink, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **settings_env(sink.settings)}
+    return subprocess.run(
+        [sys.executable, "-m", "infra.clickhouse.sql", *args],
+        check=False,
+        cwd=REPO,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_prints_a_table_raw_formats_and_errors(sink, tmp_path):
+    """The sink holds the engine's lock: the CLI can only answer through the interface."""
+    sql = (
+        "SELECT model, count() AS turns, arraySort(groupArray(history_messages)) AS history "
+        f"FROM turnstream.traces FINAL WHERE tenant_id = '{sink.tenant}' "
+        "GROUP BY model ORDER BY model"
+    )
+    table = run_cli(sink, sql)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["model", "turns", "history"]
+    assert set(lines[1]) == {"-", " "}
+    assert lines[2].split() == ["model-0", "2", "[0,", "2]"]
+    assert lines[3].split() == ["model-1", "1", "[1]"]
+    assert lines[4] == "(2 rows)"
+
+    script = tmp_path / "q.sql"
+    script.write_text(sql + ";\n")
+    csv = run_cli(sink, "-f", str(script), "--format", "csv")
+    assert csv.returncode == 0, csv.stderr
+    assert csv.stdout.splitlines() == [
+        '"model","turns","history"',
+        '"model-0",2,"[0,2]"',
+        '"model-1",1,"[1]"',
+    ]
+    piped = run_cli(sink, "-", "--format", "json", stdin=sql)
+    assert [json.loads(line)["turns"] for line in piped.stdout.splitlines()] == [2, 1]
+
+    wrong = run_cli(sink, "SELECT * FROM turnstream.no_such_table")
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert wrong.stderr.startswith("Code: 60. DB::Exception:"), wrong.stderr
