@@ -257,6 +257,38 @@ class TurnCompleted(Event, tag="turn.completed"):
     error: ErrorInfo | None = None
 
 
+class WorkerMetrics(Event, tag="worker.metrics", kw_only=True):
+    """An inference worker's state, every TURNSTREAM_METRICS_INTERVAL_MS (Kafka
+    `workers.metrics`, keyed by worker): the infrastructure layer of monitoring (ClickHouse
+    `worker_metrics`) and the load signal a router can read. Belongs to no turn (`turn_id`
+    is empty). Gauges are as of `at_ms`; counters cover the `interval_ms` before it.
+
+    Engine: `running` requests (the decode batch), `waiting` requests, `kv_cache_usage`
+    (0..1 of the KV blocks in use), prompt tokens looked up in the prefix cache
+    (`prefix_cache_queries`) and found there (`prefix_cache_hits`), `preemptions`,
+    `prompt_tokens` prefilled (computed, not served from the cache), `generation_tokens`.
+    Worker: `queue_depth` (turns taken from Kafka, not yet handed to the engine: waiting
+    for their conversation's earlier turns, pixels or the image budget) and `in_flight`
+    (turns held: queued, generating or being recorded)."""
+
+    turn_id: str = ""
+    worker_id: str
+    pool: str
+    model: str
+    at_ms: float
+    interval_ms: float
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    preemptions: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    queue_depth: int = 0
+    in_flight: int = 0
+
+
 AnyEvent = (
     TurnSubmitted
     | TurnEnriched
@@ -268,4 +300,5 @@ AnyEvent = (
     | TokenChunk
     | TurnStarted
     | TurnCompleted
+    | WorkerMetrics
 )

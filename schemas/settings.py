@@ -42,6 +42,12 @@ class Settings:
         "",
         "ClickHouse server URL (http://user:pass@host:8123/db); empty: embedded chdb engine.",
     )
+    clickhouse_http_port: int = _var(
+        "TURNSTREAM_CLICKHOUSE_HTTP_PORT",
+        18123,
+        "Port on 127.0.0.1 where the sink serves the ClickHouse HTTP interface over the "
+        "embedded engine, for analysts while it runs (0: off; unused with a server URL).",
+    )
     log_level: str = _var("TURNSTREAM_LOG_LEVEL", "INFO", "Python log level of the services.")
     # --- edge -------------------------------------------------------------------------------
     edge_host: str = _var("TURNSTREAM_EDGE_HOST", "127.0.0.1", "Address the edge binds.")
@@ -212,6 +218,12 @@ class Settings:
         "TURNSTREAM_SYSTEM_PROMPT",
         "",
         "System persona of every conversation (empty: the model's own default).",
+    )
+    metrics_interval_ms: float = _var(
+        "TURNSTREAM_METRICS_INTERVAL_MS",
+        500.0,
+        "How often an inference worker publishes its state to Kafka workers.metrics "
+        "(batch size, KV-cache usage, queue depth; 0: never).",
     )
     fake_token_interval_ms: float = _var(
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS", 20.0, "Fake engine: time between tokens."

@@ -75,6 +75,14 @@ FEEDBACK = TopicSpec(
     retention_ms=30 * DAY_MS,
     doc="Users' feedback on answers (thumbs, regenerate, stop, copied code, abandon).",
 )
+WORKERS_METRICS = TopicSpec(
+    name="workers.metrics",
+    partitions=3,
+    key="worker_id",
+    retention_ms=DAY_MS,
+    doc="Inference workers' state every few hundred ms (batch, KV cache, queue); ClickHouse "
+    "keeps the history, so a day is enough here.",
+)
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
     partitions=1,
@@ -91,5 +99,6 @@ REGISTRY: tuple[TopicSpec, ...] = (
     TRACES,
     TRACE_TICKS,
     FEEDBACK,
+    WORKERS_METRICS,
     DEAD_LETTERS,
 )

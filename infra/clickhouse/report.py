@@ -1,10 +1,10 @@
 """`python -m infra.clickhouse.report`: one page on the four monitoring layers, with plots.
 
-Reads ClickHouse (a real server by URL, or the embedded engine when the stack is stopped)
+Reads ClickHouse (a real server by URL, the sink's HTTP interface, or the embedded engine)
 over the last `--hours` and writes `report.html` plus `report.png` into `--out`:
 application (TTFT/ITL/E2E percentiles, throughput, context overflow), quality (thumbs,
-regenerate, stop, abandon), business (active users, tokens, cost per tenant) and what the
-infrastructure layer will show once workers publish their metrics.
+regenerate, stop, abandon), business (active users, tokens, cost per tenant) and
+infrastructure (batch size, KV-cache usage, queue depth per worker, from `infra_minutely`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import html
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.clickhouse.client import DEFAULT_DATABASE, connect
+from infra.clickhouse.client import DEFAULT_DATABASE, analyst_client
 from schemas.settings import Settings
 
 DB = DEFAULT_DATABASE
@@ -31,6 +31,11 @@ class Report:
     e2e: list[float]
     quality: tuple
     business: list[tuple]
+    # per worker: id, model, samples, batch avg/max, KV usage avg/max, queue depth avg/max,
+    # engine waiting max, prefix-cache lookups, hits, preemptions, generated tokens
+    infra: list[tuple] = field(default_factory=list)
+    # (minute, worker, KV usage avg, queue depth avg), for the plots
+    infra_series: list[tuple] = field(default_factory=list)
 
 
 def gather(client, hours: int) -> Report:
@@ -72,6 +77,19 @@ def gather(client, hours: int) -> Report:
         f"sum(cost_usd) FROM {DB}.traces FINAL WHERE {since} GROUP BY tenant_id "
         f"ORDER BY count() DESC LIMIT 20"
     ).result_rows
+    window = f"minute > now() - INTERVAL {int(hours)} HOUR"
+    infra = q(
+        f"SELECT worker_id, any(model), sum(samples), sum(batch_avg * samples) / sum(samples), "
+        f"max(batch_max), sum(kv_usage_avg * samples) / sum(samples), max(kv_usage_max), "
+        f"sum(queue_depth_avg * samples) / sum(samples), max(queue_depth_max), "
+        f"max(waiting_max), sum(prefix_cache_queries), sum(prefix_cache_hits), "
+        f"sum(preemptions), sum(generation_tokens) FROM {DB}.infra_minutely "
+        f"WHERE {window} GROUP BY worker_id ORDER BY worker_id LIMIT 50"
+    ).result_rows
+    infra_series = q(
+        f"SELECT minute, worker_id, kv_usage_avg, queue_depth_avg FROM {DB}.infra_minutely "
+        f"WHERE {window} ORDER BY worker_id, minute LIMIT 100000"
+    ).result_rows
     return Report(
         hours=hours,
         headline=dict(zip(names, head, strict=True)),
@@ -80,6 +98,8 @@ def gather(client, hours: int) -> Report:
         e2e=[r[1] for r in latencies],
         quality=quality,
         business=business,
+        infra=infra,
+        infra_series=infra_series,
     )
 
 
@@ -89,8 +109,8 @@ def plot(report: Report, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 7))
-    (over_time, ttft_hist), (e2e_hist, tenants) = axes
+    fig, axes = plt.subplots(3, 2, figsize=(12, 10.5))
+    (over_time, ttft_hist), (e2e_hist, tenants), (kv_usage, queue_depth) = axes
     hours = [r[0] for r in report.hourly]
     over_time.plot(hours, [r[2] for r in report.hourly], "o-", label="TTFT p50")
     over_time.plot(hours, [r[3] for r in report.hourly], "o-", label="TTFT p99")
@@ -104,10 +124,58 @@ def plot(report: Report, path: Path) -> None:
     e2e_hist.set_title("end to end (ms)")
     tenants.bar([r[0] for r in report.business], [r[2] for r in report.business])
     tenants.set_title("turns per tenant")
+    _plot_workers(report, kv_usage, queue_depth)
     fig.suptitle(f"turnstream, last {report.hours} h")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _plot_workers(report: Report, kv_usage, queue_depth) -> None:
+    """KV-cache usage and queue depth over time, one line per worker (the busiest 10)."""
+    series: dict[str, list[tuple]] = {}
+    for minute, worker, kv, queue in report.infra_series:
+        series.setdefault(worker, []).append((minute, kv, queue))
+    busiest = sorted(series, key=lambda w: -sum(r[2] for r in series[w]))[:10]
+    for worker in sorted(busiest):
+        points = series[worker]
+        kv_usage.plot([p[0] for p in points], [p[1] for p in points], ".-", label=worker)
+        queue_depth.plot([p[0] for p in points], [p[2] for p in points], ".-", label=worker)
+    kv_usage.set_title("KV-cache usage per worker (minutely average)")
+    kv_usage.set_ylim(0, 1.05)
+    queue_depth.set_title("queue depth per worker (minutely average)")
+    for ax in (kv_usage, queue_depth):
+        ax.tick_params(axis="x", labelrotation=30)
+        if busiest:
+            ax.legend(fontsize="small")
+
+
+def _infra_section(report: Report, pct, num) -> str:
+    infra = report.infra
+    if not infra:
+        return "<p>No worker metrics in this window.</p>"
+    samples = sum(r[2] for r in infra) or 1
+    batch_avg = sum(r[3] * r[2] for r in infra) / samples
+    kv_avg = sum(r[5] * r[2] for r in infra) / samples
+    queue_avg = sum(r[7] * r[2] for r in infra) / samples
+    lookups, hits = sum(r[10] for r in infra), sum(r[11] for r in infra)
+    hit_rate = hits / lookups if lookups else None
+    batch_max, kv_max = max(r[4] for r in infra), max(r[6] for r in infra)
+    queue_max, preemptions = max(r[8] for r in infra), sum(r[12] for r in infra)
+    rows = "".join(
+        f"<tr><td>{html.escape(str(w))}</td><td>{html.escape(str(m))}</td>"
+        f"<td>{num(ba)} / {bm}</td><td>{pct(ka)} / {pct(km)}</td><td>{num(qa)} / {qm}</td>"
+        f"<td>{wm}</td><td>{pct(h / q if q else None)}</td><td>{pre}</td><td>{tok}</td></tr>"
+        for w, m, _, ba, bm, ka, km, qa, qm, wm, q, h, pre, tok in infra
+    )
+    return f"""<p>{len(infra)} workers; batch size {num(batch_avg)} on average (peak
+{batch_max}); KV-cache usage {pct(kv_avg)} on average (peak {pct(kv_max)}); queue depth
+{num(queue_avg)} on average (peak {queue_max}); prefix-cache hit rate {pct(hit_rate)};
+{preemptions} preemptions.</p>
+<table><tr><th>worker</th><th>model</th><th>batch avg / max</th><th>KV usage avg / max</th>
+<th>queue avg / max</th><th>engine waiting max</th><th>prefix hits</th><th>preemptions</th>
+<th>generated tokens</th></tr>
+{rows}</table>"""
 
 
 def render(report: Report, image: str) -> str:
@@ -119,6 +187,9 @@ def render(report: Report, image: str) -> str:
 
     def ms(x) -> str:
         return "-" if x is None or math.isnan(x) else f"{x:.0f} ms"
+
+    def num(x) -> str:
+        return "-" if x is None or math.isnan(x) else f"{x:.1f}"
 
     rated = (up or 0) + (down or 0)
     rows = "".join(
@@ -144,8 +215,7 @@ Safety triggers: no safety verdicts are recorded yet.</p>
 <table><tr><th>tenant</th><th>users</th><th>turns</th><th>tokens</th><th>cost</th></tr>
 {rows}</table>
 <h2>Infrastructure</h2>
-<p>Batch size, KV-cache usage and queue depth come from worker metrics events, which the
-workers do not publish yet.</p>
+{_infra_section(report, pct, num)}
 <img src="{image}" alt="plots" width="100%">
 """
 
@@ -155,7 +225,7 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--out", type=Path, default=Path("report"))
     args = parser.parse_args()
-    client = connect(Settings.from_env())
+    client = analyst_client(Settings.from_env())
     report = gather(client, args.hours)
     args.out.mkdir(parents=True, exist_ok=True)
     plot(report, args.out / "report.png")

@@ -25,7 +25,7 @@ from tests.support.kafka import records_so_far
 from tests.support.polling import eventually
 from tests.support.stack import pipeline, running_job
 from workers.inference.fake_engine import FakeEngine
-from workers.sink.app import run_sink
+from workers.sink.app import route_group, run_sink
 from ws_edge.client import EdgeClient, TurnRejected, image_part
 
 pytestmark = pytest.mark.integration
@@ -287,7 +287,7 @@ async def committed(settings: Settings) -> int:
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:
-        offsets = await admin.list_consumer_group_offsets(f"{topic}.clickhouse-sink")
+        offsets = await admin.list_consumer_group_offsets(route_group(settings.namespace, "turns"))
     finally:
         await admin.close()
     return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset > 0)

@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 
 from schemas.ids import now_ms
 from schemas.settings import Settings
-from schemas.topics import TURNS_ASSEMBLED
+from schemas.topics import TURNS_ASSEMBLED, WORKERS_METRICS
 from workers.inference.engine import Engine
 from workers.inference.image_budget import ImageBudget
 from workers.inference.image_cache import ImageCache
+from workers.inference.metrics import MetricsPublisher
 from workers.inference.pixels import PixelLoader
 from workers.inference.service import InferenceService, ServiceConfig
 from workers.runtime.clients import WorkerClients
@@ -74,5 +75,18 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         clock_ms=now_ms,
     )
     loop = clients.consume_loop(service.handle, service.fail_turn, settings.max_inflight_turns)
-    async with clients.run(service, loop, cancels=service.listen_for_cancels()) as running:
+    background = {"cancels": service.listen_for_cancels()}
+    if settings.metrics_interval_ms > 0:
+        metrics = MetricsPublisher(
+            engine=engine,
+            gauges=service.gauges,
+            producer=clients.producer,
+            topic=clients.topic(WORKERS_METRICS),
+            worker_id=clients.worker_id,
+            pool=CONSUMER_GROUP,
+            interval_s=settings.metrics_interval_ms / 1000,
+            clock_ms=now_ms,
+        )
+        background["metrics"] = metrics.run()
+    async with clients.run(service, loop, **background) as running:
         yield running

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message
+from workers.inference.engine_stats import EngineSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,11 @@ class Engine(Protocol):
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         """Generate; closing or cancelling the iterator aborts the request in the engine."""
+        ...
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine's load now (gauges) and its counters since it started; cheap, never
+        blocks (the worker's metrics read it every few hundred ms)."""
         ...
 
     async def close(self) -> None: ...

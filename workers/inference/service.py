@@ -38,6 +38,7 @@ from schemas.events import (
     TurnSubmitted,
 )
 from workers.inference.engine import Engine, EngineError, GenerationRequest
+from workers.inference.gauges import Held, TurnGauges
 from workers.inference.image_budget import Grant, ImageBudget
 from workers.inference.pixels import PixelLoader
 from workers.inference.progress import TurnProgress
@@ -82,11 +83,13 @@ class InferenceService:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._cancel_requested: set[str] = set()
         self._conversations = KeyedLocks()
+        self.gauges = TurnGauges()  # queue depth and turns held, for the worker's metrics
 
     # ---- entry points --------------------------------------------------------------------
     async def handle(self, event: AnyEvent) -> None:
         if isinstance(event, TurnAssembled):
-            await self.run_turn(event)
+            with self.gauges.hold() as ticket:
+                await self.run_turn(event, ticket)
         else:
             log.warning("ignoring %s on the turns topic", type(event).__name__)
 
@@ -133,7 +136,7 @@ class InferenceService:
                 await pubsub.aclose()
 
     # ---- one turn ------------------------------------------------------------------------
-    async def run_turn(self, assembled: TurnAssembled) -> None:
+    async def run_turn(self, assembled: TurnAssembled, ticket: Held | None = None) -> None:
         turn = assembled.submitted
         if assembled.error is not None:  # refused upstream: close it, generate nothing
             await self._finish(TurnProgress(turn), FinishReason.ERROR, assembled.error)
@@ -171,7 +174,7 @@ class InferenceService:
                     attempt=progress.attempt,
                 ),
             )
-            generation = asyncio.create_task(self._generate(request, progress, channel))
+            generation = asyncio.create_task(self._generate(request, progress, channel, ticket))
             self._running[turn.turn_id] = generation
             try:
                 if await self.redis.exists(self.names.cancelled_key(turn.turn_id)):
@@ -218,7 +221,13 @@ class InferenceService:
             return FinishReason.ERROR, ErrorInfo("internal_error", f"generation failed: {err!r}")
         return FinishReason.STOP, None
 
-    async def _generate(self, request: GenerationRequest, progress: TurnProgress, channel: str):
+    async def _generate(
+        self,
+        request: GenerationRequest,
+        progress: TurnProgress,
+        channel: str,
+        ticket: Held | None = None,
+    ):
         if request.images:
             if not self.engine.accepts_images:
                 raise EngineError(
@@ -231,6 +240,8 @@ class InferenceService:
             pixels = await self.pixels.load(request.images, owner)
             request = dataclasses.replace(request, pixels=pixels)
         grant = await self.image_budget.acquire(len(request.images))
+        if ticket is not None:
+            ticket.started()  # leaves the worker's queue: the engine has it now
         try:
             await self._stream(request, progress, channel, grant)
         finally:

@@ -10,6 +10,10 @@ one image token per image in the token ids (vLLM expands it to the image's featu
 positions), the pixel tensors our preprocessor made (already resized and normalised, so
 vLLM's processor must not do it again), and our content key as the multimodal uuid, so
 vLLM's own processor and encoder caches recognise a repeated image.
+
+Load (`snapshot`): a stat logger passed to AsyncLLM receives vLLM's scheduler and
+iteration stats after every engine step (custom loggers keep stats on even when vLLM's own
+logging is off) and folds them into an `EngineMeter`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from schemas.events import FinishReason
 from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
+from workers.inference.engine_stats import EngineMeter, EngineSnapshot
 from workers.inference.placeholders import bind_images
 from workers.inference.prompt import fit_messages
 
@@ -74,6 +79,39 @@ class VisionSpec:
         return cls(image_token=token, tokens_per_image=side * side + extra)
 
 
+def _meter_logger(meter: EngineMeter) -> type:
+    """A vLLM stat logger class (its factory: vLLM calls it with the config and the engine
+    index) that feeds `meter`. vLLM calls `record` on the event loop after each step."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class MeterLogger(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index: int = 0) -> None:
+            self.engine_index = engine_index
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            if scheduler_stats is not None:
+                prefix = scheduler_stats.prefix_cache_stats
+                meter.scheduler_step(
+                    running=scheduler_stats.num_running_reqs,
+                    waiting=scheduler_stats.num_waiting_reqs
+                    + scheduler_stats.num_skipped_waiting_reqs,
+                    kv_cache_usage=scheduler_stats.kv_cache_usage,
+                    prefix_queries=prefix.queries if prefix is not None else 0,
+                    prefix_hits=prefix.hits if prefix is not None else 0,
+                )
+            if iteration_stats is not None:
+                meter.iteration(
+                    prompt_tokens=iteration_stats.prompt_token_stats.computed,
+                    generation_tokens=iteration_stats.num_generation_tokens,
+                    preemptions=iteration_stats.num_preempted_reqs,
+                )
+
+        def log_engine_initialized(self) -> None:
+            return None
+
+    return MeterLogger
+
+
 class VllmEngine:
     def __init__(self, options: VllmOptions) -> None:
         if not Path(options.model_path, "config.json").is_file():
@@ -106,7 +144,13 @@ class VllmEngine:
             seed=options.seed,
             **multimodal,
         )
-        self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
+        self._meter = EngineMeter()
+        self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(
+            args, stat_loggers=[_meter_logger(self._meter)]
+        )
+
+    def snapshot(self) -> EngineSnapshot:
+        return self._meter.snapshot()
 
     def render(self, request: GenerationRequest) -> list[int]:
         """Prompt token ids, dropping the oldest history until the prompt leaves room for

@@ -1,6 +1,6 @@
 """Wiring of the ClickHouse sink: `turns.completed` → table `turns`, `traces` → `traces`,
-`feedback` → `feedback` (one consumer and batch stream per route, in one process that owns
-the embedded engine)."""
+`feedback` → `feedback`, `workers.metrics` → `worker_metrics` (one consumer and batch
+stream per route, in one process that owns the embedded engine)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,39 @@ from typing import Any
 
 from infra.clickhouse.client import DEFAULT_DATABASE, connect
 from infra.clickhouse.migrate import migrate
-from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted
+from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted, WorkerMetrics
 from schemas.ids import make_instance_id
 from schemas.settings import Settings
-from schemas.topics import DEAD_LETTERS, FEEDBACK, TRACES, TURNS_COMPLETED, TopicSpec
+from schemas.topics import (
+    DEAD_LETTERS,
+    FEEDBACK,
+    TRACES,
+    TURNS_COMPLETED,
+    WORKERS_METRICS,
+    TopicSpec,
+)
 from schemas.traces import TRACE_COLUMNS
 from workers.runtime.kafka import make_consumer, make_producer
 from workers.sink.batch import BatchLimits
 from workers.sink.rows import (
     FEEDBACK_COLUMNS,
     TURN_COLUMNS,
+    WORKER_METRICS_COLUMNS,
     feedback_row,
     trace_row,
     turn_row,
+    worker_metrics_row,
 )
 from workers.sink.service import ClickHouseSink, TableSpec
 
 CONSUMER_GROUP = "clickhouse-sink"
+
+
+def route_group(namespace: str, route: str) -> str:
+    """`[namespace.]clickhouse-sink.<route>`: a replay's namespace never shares offsets with
+    live traffic."""
+    group = f"{CONSUMER_GROUP}.{route}"
+    return f"{namespace}.{group}" if namespace else group
 
 
 def _turn_row(event: Any, now: float) -> tuple | None:
@@ -40,6 +56,10 @@ def _trace_row(event: Any, now: float) -> tuple | None:
 
 def _feedback_row(event: Any, now: float) -> tuple | None:
     return feedback_row(event, now_ms=now) if isinstance(event, FeedbackGiven) else None
+
+
+def _metrics_row(event: Any, now: float) -> tuple | None:
+    return worker_metrics_row(event, now_ms=now) if isinstance(event, WorkerMetrics) else None
 
 
 TURNS = TableSpec(
@@ -60,10 +80,18 @@ FEEDBACK_TABLE = TableSpec(
     row_of=_feedback_row,
     stamp_index=FEEDBACK_COLUMNS.index("given_at"),
 )
-ROUTES: dict[str, tuple[TopicSpec, TableSpec]] = {
-    "turns": (TURNS_COMPLETED, TURNS),
-    "traces": (TRACES, TRACE_TABLE),
-    "feedback": (FEEDBACK, FEEDBACK_TABLE),
+METRICS_TABLE = TableSpec(
+    table=f"{DEFAULT_DATABASE}.worker_metrics",
+    columns=WORKER_METRICS_COLUMNS,
+    row_of=_metrics_row,
+    stamp_index=WORKER_METRICS_COLUMNS.index("at"),
+)
+# route name → the topics it reads (one consumer group per route) and the table it fills
+ROUTES: dict[str, tuple[tuple[TopicSpec, ...], TableSpec]] = {
+    "turns": ((TURNS_COMPLETED,), TURNS),
+    "traces": ((TRACES,), TRACE_TABLE),
+    "feedback": ((FEEDBACK,), FEEDBACK_TABLE),
+    "metrics": ((WORKERS_METRICS,), METRICS_TABLE),
 }
 
 
@@ -83,17 +111,17 @@ async def run_sink(
     tasks = []
     try:
         for name in routes:
-            source, spec = ROUTES[name]
-            topic = source.full_name(settings.namespace)
+            sources, spec = ROUTES[name]
+            topics = [source.full_name(settings.namespace) for source in sources]
             consumer = make_consumer(
                 settings.kafka_bootstrap,
-                f"{topic}.{CONSUMER_GROUP}",
+                route_group(settings.namespace, name),
                 sink_id,
                 settings.fetch_max_wait_ms,
             )
             await consumer.start()
             consumers.append(consumer)
-            consumer.subscribe([topic])
+            consumer.subscribe(topics)
             sinks[name] = ClickHouseSink(
                 consumer=consumer,
                 producer=producer,

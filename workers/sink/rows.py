@@ -1,4 +1,5 @@
-"""Events → rows of ClickHouse `turns` (migration 0001) and `traces` (0002), with the checks
+"""Events → rows of ClickHouse `turns` (migration 0001), `traces` (0002), `feedback` (0004)
+and `worker_metrics` (0006), with the checks
 that keep absurd values out of the analysts' tables (pure). A rejected event goes to the
 dead-letter topic with the reason; the sink keeps going."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted
+from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted, WorkerMetrics
 from schemas.traces import Prices, build_trace
 
 TURN_COLUMNS = (
@@ -118,4 +119,75 @@ def feedback_row(event: FeedbackGiven, *, now_ms: float) -> tuple:
         str(event.kind),
         event.comment,
         datetime.fromtimestamp(event.given_at_ms / 1000, tz=UTC),
+    )
+
+
+WORKER_METRICS_COLUMNS = (
+    "worker_id",
+    "pool",
+    "model",
+    "at",
+    "interval_ms",
+    "running",
+    "waiting",
+    "kv_cache_usage",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "preemptions",
+    "prompt_tokens",
+    "generation_tokens",
+    "queue_depth",
+    "in_flight",
+)
+_COUNTS = (
+    "running",
+    "waiting",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "preemptions",
+    "prompt_tokens",
+    "generation_tokens",
+    "queue_depth",
+    "in_flight",
+)
+MAX_COUNT = 2**32 - 1  # the columns are UInt32
+MAX_INTERVAL_MS = 24 * 3600 * 1000.0
+
+
+def worker_metrics_row(event: WorkerMetrics, *, now_ms: float) -> tuple:
+    """Refuse samples no engine can produce (they would skew every average of the
+    infrastructure views): usage outside 0..1, negative or overflowing counts, more
+    prefix-cache hits than lookups, an absurd interval or time."""
+    problems = []
+    if not event.worker_id:
+        problems.append("no worker_id")
+    if not 0.0 <= event.kv_cache_usage <= 1.0:  # NaN fails too
+        problems.append(f"kv_cache_usage {event.kv_cache_usage} outside 0..1")
+    bad = [c for c in _COUNTS if not 0 <= getattr(event, c) <= MAX_COUNT]
+    if bad:
+        problems.append(f"negative or overflowing counts: {', '.join(bad)}")
+    if event.prefix_cache_hits > event.prefix_cache_queries:
+        problems.append("more prefix-cache hits than lookups")
+    if not 0.0 <= event.interval_ms <= MAX_INTERVAL_MS:
+        problems.append(f"interval_ms {event.interval_ms} is not plausible")
+    if not _plausible(event.at_ms, now_ms):
+        problems.append(f"at_ms {event.at_ms:.0f} is not a plausible time")
+    if problems:
+        raise RowRejected("; ".join(problems))
+    return (
+        event.worker_id,
+        event.pool,
+        event.model,
+        datetime.fromtimestamp(event.at_ms / 1000, tz=UTC),
+        event.interval_ms,
+        event.running,
+        event.waiting,
+        event.kv_cache_usage,
+        event.prefix_cache_queries,
+        event.prefix_cache_hits,
+        event.preemptions,
+        event.prompt_tokens,
+        event.generation_tokens,
+        event.queue_depth,
+        event.in_flight,
     )
