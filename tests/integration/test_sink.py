@@ -134,7 +134,7 @@ async def test_an_outage_is_waited_out_without_loss(services, clickhouse):
     async with run_sink(settings, flaky, ("turns",)) as sinks:
         sink = sinks["turns"]
         await wait_for_rows(clickhouse, "outage", 80)
-    assert sink.stats.insert_failures == 3
+    assert sink.stats.clickhouse_failures == 3
     assert await asyncio.to_thread(count, clickhouse, "outage", False) == 80  # no repeats
 
 
@@ -156,28 +156,57 @@ class DyingClient:
         return getattr(self.client, name)
 
 
-async def test_a_crash_between_insert_and_commit_leaves_no_duplicate(services, clickhouse):
-    settings = turns_settings(services, "crash")
-    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
-    await publish(settings, turns_of(40, "crash"))
-    # No background merges: the ReplacingMergeTree must not hide a repeat, only the token may.
-    clickhouse.command("SYSTEM STOP MERGES turnstream.turns")
+async def crash_after_insert(settings: Settings, clickhouse) -> int:
+    """Run a sink until its first insert is acknowledged, then "die" before the commit.
+    Returns how many rows that insert stored."""
     dying = DyingClient(clickhouse)
     try:
         async with run_sink(settings, dying, ("turns",)):
             await eventually(dying.inserted.is_set)
-            # the sink "dies" here: rows inserted, offsets never committed
     finally:
         dying.release.set()
-    first = await asyncio.to_thread(count, clickhouse, "crash", False)
-    assert 0 < first <= 40
-    async with run_sink(
-        settings, clickhouse, ("turns",)
-    ):  # restarted: re-reads what was not committed
-        await wait_for_rows(clickhouse, "crash", 40, final=False)
-        await asyncio.sleep(0.5)  # a repeated insert would have landed by now
-    assert await asyncio.to_thread(count, clickhouse, "crash", False) == 40  # no FINAL needed
-    clickhouse.command("SYSTEM START MERGES turnstream.turns")
+    return await asyncio.to_thread(count, clickhouse, settings.namespace, False)
+
+
+@pytest.mark.parametrize("token_kept_rows_lost", [False, True])
+async def test_a_crash_between_insert_and_commit_repeats_and_loses_nothing(
+    services, clickhouse, token_kept_rows_lost
+):
+    """First case: the restarted sink batches differently (7 rows, not 50), so the insert
+    token cannot catch the repeat. Second case: the rows vanish while the token stays (an
+    embedded engine killed mid-insert) and the same batch comes again: a token match
+    would drop it. In both, the table decides what is missing."""
+    settings = turns_settings(services, "crash")
+    prefix = settings.namespace
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    await publish(settings, turns_of(40, prefix))
+    # No background merges: the ReplacingMergeTree must not hide a repeat.
+    clickhouse.command("SYSTEM STOP MERGES turnstream.turns")
+    try:
+        first = await crash_after_insert(settings, clickhouse)
+        assert 0 < first <= 40
+        if token_kept_rows_lost:  # (a mutation runs as a merge: let it, then stop again)
+            clickhouse.command("SYSTEM START MERGES turnstream.turns")
+            clickhouse.command(
+                "ALTER TABLE turnstream.turns DELETE WHERE startsWith(turn_id, %(p)s)",
+                parameters={"p": prefix},
+                settings={"mutations_sync": 2},
+            )
+            clickhouse.command("SYSTEM STOP MERGES turnstream.turns")
+            assert await asyncio.to_thread(count, clickhouse, prefix, False) == 0
+        # the same records batched the same way (the token matches) or differently (it can't)
+        restart = Settings.from_env(
+            namespace=settings.namespace,
+            sink_batch_rows=settings.sink_batch_rows if token_kept_rows_lost else 7,
+        )
+        async with run_sink(restart, clickhouse, ("turns",)) as sinks:
+            await wait_for_rows(clickhouse, prefix, 40, final=False)
+            await asyncio.sleep(0.5)  # a repeated insert would have landed by now
+        skipped = sinks["turns"].stats.already_stored
+        assert skipped == (0 if token_kept_rows_lost else first)
+        assert await asyncio.to_thread(count, clickhouse, prefix, False) == 40  # no FINAL
+    finally:
+        clickhouse.command("SYSTEM START MERGES turnstream.turns")
 
 
 async def test_traces_of_real_turns_land_in_clickhouse(services, session_namespace, clickhouse):
@@ -295,16 +324,18 @@ async def committed(settings: Settings) -> int:
 
 async def test_a_sink_process_killed_mid_drain_loses_and_repeats_nothing(services, tmp_path):
     """SIGKILL a real sink process twice while it drains 6000 turns in batches of 20: what
-    it had inserted but not committed is read again by the next one; every turn lands and
-    none shows twice. The kill's timing is not controlled (a kill between insert and commit
-    is likely, not certain), and merges may also collapse repeats: the in-process crash
-    test is the deterministic one. (Each restart waits out the dead member's session.)"""
+    it had inserted but not committed is found in the table by the next one; every turn
+    lands and none shows twice. The kill's timing is not controlled (it can land between
+    insert and commit, or inside an insert), and merges may also collapse repeats: the
+    in-process crash tests are the deterministic ones. (Each restart waits out the dead
+    member's session.)"""
     home = tmp_path / "killed-sink"
     settings = Settings.from_env(
         namespace=f"sink-kill-{uuid.uuid4().hex[:6]}",
         state_dir=str(home),
         sink_batch_rows=20,
         sink_linger_ms=10,
+        clickhouse_http_port=0,
     )
     total = 6000
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
@@ -313,27 +344,35 @@ async def test_a_sink_process_killed_mid_drain_loses_and_repeats_nothing(service
     logs = home / "logs"
     logs.mkdir(parents=True)
     progress = 0
-    for round_ in range(2):
-        sink = Child("sink", "workers.sink", logs / f"sink-{round_}.log", env)
-        await asyncio.to_thread(sink.wait_ready, 120)
+    children: list[Child] = []
+    try:
+        for round_ in range(2):
+            sink = Child("sink", "workers.sink", logs / f"sink-{round_}.log", env)
+            children.append(sink)
+            await asyncio.to_thread(sink.wait_ready, 120)
 
-        async def moved(since: int = progress) -> bool:
-            return await committed(settings) >= since + 200
+            async def moved(since: int = progress) -> bool:
+                return await committed(settings) >= since + 200
 
-        await eventually(moved, timeout_s=120, every_s=0.02)
-        sink.process.kill()  # SIGKILL mid-drain: no drain, no last commit
-        await asyncio.to_thread(sink.process.wait)
-        sink.stop()
-        progress = await committed(settings)
-        assert progress < total, "drained before the kill: the test proves nothing"
-    final = Child("sink", "workers.sink", logs / "sink-final.log", env)
-    await asyncio.to_thread(final.wait_ready, 120)
+            await eventually(moved, timeout_s=120, every_s=0.02)
+            sink.process.kill()  # SIGKILL mid-drain: no drain, no last commit
+            await asyncio.to_thread(sink.process.wait)
+            sink.stop()
+            progress = await committed(settings)
+            assert progress < total, "drained before the kill: the test proves nothing"
+        final = Child("sink", "workers.sink", logs / "sink-final.log", env)
+        children.append(final)
+        await asyncio.to_thread(final.wait_ready, 120)
 
-    async def drained() -> bool:
-        return await committed(settings) >= total
+        async def drained() -> bool:
+            return await committed(settings) >= total
 
-    await eventually(drained, timeout_s=180)
-    await asyncio.to_thread(final.stop)
+        await eventually(drained, timeout_s=180)
+        await asyncio.to_thread(final.stop)
+    finally:  # a failed run must not leave sinks behind
+        for child in children:
+            if child.process.poll() is None:
+                child.process.kill()
     rows, distinct = await asyncio.to_thread(count_in_process, home, "killed")
     assert distinct == total  # nothing lost
     assert rows == total  # nothing repeated, even without FINAL

@@ -27,9 +27,14 @@ class Batch:
     size_bytes: int = 0
     spans: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
-    def consumed(self, tp: TopicPartition, offset: int) -> None:
-        first, _ = self.spans.get(tp, (offset, offset))
-        self.spans[tp] = (first, offset)
+    def consumed(self, tp: TopicPartition, offset: int) -> bool:
+        """Note the record as consumed; False when this batch already has it (a rebalance
+        resets positions to the committed offset, and the records come again)."""
+        span = self.spans.get(tp)
+        if span is not None and offset <= span[1]:
+            return False
+        self.spans[tp] = (span[0] if span else offset, offset)
+        return True
 
     def add(self, row: tuple, size_bytes: int) -> None:
         self.rows.append(row)

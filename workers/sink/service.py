@@ -1,8 +1,14 @@
 """The sink loop: fetch → decode and check → batch → insert → commit.
 
 - At-least-once delivery, exactly-once rows: offsets are committed only after ClickHouse
-  acknowledged the insert; a crash in between re-reads the records, and the re-insert
-  carries the same deduplication token (and lands in a ReplacingMergeTree keyed by turn).
+  acknowledged the insert. Every row names its Kafka record (`kafka_topic`,
+  `kafka_partition`, `kafka_offset`), so when a partition is (re)assigned the sink asks the
+  table which records past the committed offset are already in, and skips them: a crash or
+  a failed commit between insert and commit repeats nothing, however the records are
+  batched the second time. (The insert deduplication token is scoped to this process's
+  lifetime: it guards an in-process retry of an insert whose answer was lost, never a
+  restart, because an embedded engine killed mid-insert can keep a token without its rows.)
+- Records a rebalance delivers again within one batch are dropped by offset.
 - ClickHouse down or refusing: the insert is retried with backoff and nothing is fetched or
   committed meanwhile (Kafka holds the backlog); it catches up when ClickHouse is back.
 - Poison (undecodable, unknown version, absurd values): dead-lettered with the reason before
@@ -14,14 +20,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.errors import KafkaError
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from schemas.codec import decode
 from schemas.errors import DecodeError
@@ -35,14 +42,18 @@ log = logging.getLogger("turnstream.sink")
 MAX_RETRY_DELAY_S = 5.0
 LAG_SAMPLES = 200_000  # enough for every row of a benchmark run
 RowOf = Callable[[Any, float], tuple | None]  # event, now → row (None: not for this table)
+# appended by the sink to every row: the record it came from (see migration 0005)
+SOURCE_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
 
 
 @dataclass
 class SinkStats:
     rows: int = 0
     inserts: int = 0
-    insert_failures: int = 0
+    clickhouse_failures: int = 0
     dead_letters: int = 0
+    already_stored: int = 0  # records skipped after a reassignment: their rows were in
+    redelivered: int = 0  # records a rebalance delivered again within a batch
     # completed → insert acknowledged, the latest LAG_SAMPLES rows (a sink runs for months)
     lag_ms: deque[float] = field(default_factory=lambda: deque(maxlen=LAG_SAMPLES))
 
@@ -73,6 +84,14 @@ class ClickHouseSink:
         self.deadletter_topic = deadletter_topic
         self.limits = limits
         self.stats = SinkStats()
+        self.incarnation = uuid.uuid4().hex[:12]  # scopes insert tokens to this process
+        self._fresh: set[TopicPartition] = set()  # assigned, not yet checked against the table
+        self._stored: dict[TopicPartition, set[int]] = {}  # offsets past the commit, in the table
+
+    def rebalance_listener(self) -> ConsumerRebalanceListener:
+        """Pass to `subscribe`: every partition assigned is checked against the table before
+        its first record is taken."""
+        return _Assignments(self)
 
     async def run(self) -> None:
         batch = Batch(opened_at=time.monotonic())
@@ -88,15 +107,40 @@ class ClickHouseSink:
                 await self._flush(batch)
                 batch = Batch(opened_at=time.monotonic())
 
-    async def _take(self, batch: Batch, tp, record: ConsumerRecord) -> None:
-        batch.consumed(tp, record.offset)
+    async def _take(self, batch: Batch, tp: TopicPartition, record: ConsumerRecord) -> None:
+        if not batch.consumed(tp, record.offset):
+            self.stats.redelivered += 1
+            return
+        if tp in self._fresh:  # the fetch starts at the committed offset: this one
+            self._fresh.discard(tp)
+            self._stored[tp] = await self._stored_since(tp, record.offset)
+        stored = self._stored.get(tp)
+        if stored and record.offset in stored:
+            stored.discard(record.offset)
+            self.stats.already_stored += 1
+            return
         try:
             row = self.spec.row_of(decode(record.value), now_ms())
         except (DecodeError, RowRejected) as err:
             await self._dead_letter(record, getattr(err, "code", "invalid_row"), str(err))
             return
         if row is not None:
-            batch.add(row, len(record.value))
+            batch.add((*row, record.topic, record.partition, record.offset), len(record.value))
+
+    async def _stored_since(self, tp: TopicPartition, offset: int) -> set[int]:
+        """Offsets of `tp` from `offset` on whose rows are already in the table."""
+        query = (
+            f"SELECT kafka_offset FROM {self.spec.table} WHERE kafka_topic = %(topic)s"
+            " AND kafka_partition = %(partition)s AND kafka_offset >= %(offset)s"
+        )
+        params = {"topic": tp.topic, "partition": tp.partition, "offset": offset}
+        result = await self._until_done(
+            lambda: self.client.query(query, parameters=params), f"stored offsets of {tp}"
+        )
+        stored = {row[0] for row in result.result_rows}
+        if stored:
+            log.info("%s: %d records past the commit are already stored", tp, len(stored))
+        return stored
 
     async def _flush(self, batch: Batch) -> None:
         if batch.rows:
@@ -108,25 +152,16 @@ class ClickHouseSink:
             log.warning("commit failed (%r); the rows are in, re-reads are deduplicated", err)
 
     async def _insert(self, batch: Batch) -> None:
-        settings = {"insert_deduplication_token": batch.token()}
-        delay = 0.1
-        while True:
-            try:
-                await asyncio.to_thread(
-                    self.client.insert,
-                    self.spec.table,
-                    batch.rows,
-                    column_names=list(self.spec.columns),
-                    settings=settings,
-                )
-                break
-            except Exception as err:  # the server's or the driver's: all mean "not stored"
-                self.stats.insert_failures += 1
-                log.warning(
-                    "insert of %d rows failed (%r); retry in %.1fs", len(batch.rows), err, delay
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY_S)
+        settings = {"insert_deduplication_token": f"{self.incarnation}/{batch.token()}"}
+        await self._until_done(
+            lambda: self.client.insert(
+                self.spec.table,
+                batch.rows,
+                column_names=[*self.spec.columns, *SOURCE_COLUMNS],
+                settings=settings,
+            ),
+            f"insert of {len(batch.rows)} rows",
+        )
         self.stats.inserts += 1
         self.stats.rows += len(batch.rows)
         if self.spec.stamp_index is not None:
@@ -135,9 +170,34 @@ class ClickHouseSink:
                 done - row[self.spec.stamp_index].timestamp() * 1000 for row in batch.rows
             )
 
+    async def _until_done(self, call: Callable[[], Any], what: str) -> Any:
+        """Run a blocking ClickHouse call in a thread until it succeeds, backing off while
+        ClickHouse is down or refusing (nothing is fetched or committed meanwhile)."""
+        delay = 0.1
+        while True:
+            try:
+                return await asyncio.to_thread(call)
+            except Exception as err:  # the server's or the driver's: all mean "not done"
+                self.stats.clickhouse_failures += 1
+                log.warning("%s failed (%r); retry in %.1fs", what, err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY_S)
+
     async def _dead_letter(self, record: ConsumerRecord, code: str, reason: str) -> None:
         log.warning(
             "dead-lettering %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
         )
         await dead_letter(self.producer, self.deadletter_topic, record, code, reason)
         self.stats.dead_letters += 1
+
+
+class _Assignments(ConsumerRebalanceListener):
+    def __init__(self, sink: ClickHouseSink) -> None:
+        self.sink = sink
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        for tp in revoked:
+            self.sink._stored.pop(tp, None)
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        self.sink._fresh.update(assigned)

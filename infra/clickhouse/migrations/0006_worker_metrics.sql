@@ -35,7 +35,12 @@ CREATE TABLE IF NOT EXISTS {db}.worker_metrics
     prompt_tokens        UInt32 CODEC(T64, ZSTD(1)),
     generation_tokens    UInt32 CODEC(T64, ZSTD(1)),
     queue_depth          UInt32 CODEC(T64, ZSTD(1)),
-    in_flight            UInt32 CODEC(T64, ZSTD(1))
+    in_flight            UInt32 CODEC(T64, ZSTD(1)),
+    -- the Kafka record the row came from (the sink's crash recovery, see 0005)
+    kafka_topic          LowCardinality(String),
+    kafka_partition      UInt16,
+    kafka_offset         UInt64 CODEC(Delta, ZSTD(1)),
+    INDEX kafka_offset_idx kafka_offset TYPE minmax GRANULARITY 1
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMMDD(at)
