@@ -1,6 +1,7 @@
 """Wiring of the ClickHouse sink: `turns.completed` → table `turns`, `traces` → `traces`,
-`feedback` → `feedback`, `workers.metrics` → `worker_metrics` (one consumer and batch
-stream per route, in one process that owns the embedded engine)."""
+`feedback` → `feedback`, `workers.metrics` → `worker_metrics`, every event of a turn →
+`events` (one consumer and batch stream per route, in one process that owns the embedded
+engine)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ from schemas.topics import (
     DEAD_LETTERS,
     FEEDBACK,
     TRACES,
+    TURNS_ASSEMBLED,
     TURNS_COMPLETED,
+    TURNS_ENRICHED,
+    TURNS_SUBMITTED,
     WORKERS_METRICS,
     TopicSpec,
 )
 from schemas.traces import TRACE_COLUMNS
 from workers.runtime.kafka import make_consumer, make_producer
 from workers.sink.batch import BatchLimits
+from workers.sink.event_log import EVENT_COLUMNS, event_row
 from workers.sink.rows import (
     FEEDBACK_COLUMNS,
     TURN_COLUMNS,
@@ -86,12 +91,21 @@ METRICS_TABLE = TableSpec(
     row_of=_metrics_row,
     stamp_index=WORKER_METRICS_COLUMNS.index("at"),
 )
+EVENTS_TABLE = TableSpec(
+    table=f"{DEFAULT_DATABASE}.events",
+    columns=EVENT_COLUMNS,
+    row_of=lambda event, now: event_row(event, now_ms=now),
+    stamp_index=EVENT_COLUMNS.index("at"),
+)
+# every event of a turn, one route: a new event type's topic joins this tuple
+TURN_EVENT_TOPICS = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_ASSEMBLED, TURNS_COMPLETED, FEEDBACK)
 # route name → the topics it reads (one consumer group per route) and the table it fills
 ROUTES: dict[str, tuple[tuple[TopicSpec, ...], TableSpec]] = {
     "turns": ((TURNS_COMPLETED,), TURNS),
     "traces": ((TRACES,), TRACE_TABLE),
     "feedback": ((FEEDBACK,), FEEDBACK_TABLE),
     "metrics": ((WORKERS_METRICS,), METRICS_TABLE),
+    "events": (TURN_EVENT_TOPICS, EVENTS_TABLE),
 }
 
 
@@ -121,7 +135,6 @@ async def run_sink(
             )
             await consumer.start()
             consumers.append(consumer)
-            consumer.subscribe(topics)
             sinks[name] = ClickHouseSink(
                 consumer=consumer,
                 producer=producer,
@@ -132,6 +145,7 @@ async def run_sink(
                     max_rows=settings.sink_batch_rows, linger_s=settings.sink_linger_ms / 1000
                 ),
             )
+            consumer.subscribe(topics, listener=sinks[name].rebalance_listener())
             tasks.append(asyncio.create_task(sinks[name].run(), name=f"sink-{name}"))
         yield sinks
     finally:

@@ -38,7 +38,7 @@ class RowRejected(ValueError):
     code = "invalid_row"
 
 
-def _plausible(at_ms: float, now_ms: float) -> bool:
+def plausible_time(at_ms: float, now_ms: float) -> bool:
     return EARLIEST_MS <= at_ms <= now_ms + FUTURE_SLACK_MS
 
 
@@ -52,7 +52,7 @@ def check_completed(event: TurnCompleted, *, now_ms: float) -> None:
         problems.append("negative token count")
     if len(event.text.encode()) > MAX_TEXT_BYTES:
         problems.append(f"text over {MAX_TEXT_BYTES} bytes")
-    if not _plausible(event.completed_at_ms, now_ms):
+    if not plausible_time(event.completed_at_ms, now_ms):
         problems.append(f"completed_at_ms {event.completed_at_ms:.0f} is not a plausible time")
     if problems:
         raise RowRejected("; ".join(problems))
@@ -85,7 +85,7 @@ def turn_row(event: TurnCompleted, *, now_ms: float) -> tuple:
 def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = None) -> tuple:
     if event.completed is not None:
         check_completed(event.completed, now_ms=now_ms)
-    elif not _plausible(event.closed_at_ms, now_ms):
+    elif not plausible_time(event.closed_at_ms, now_ms):
         raise RowRejected(f"closed_at_ms {event.closed_at_ms:.0f} is not a plausible time")
     return build_trace(
         event.submitted,
@@ -109,7 +109,7 @@ FEEDBACK_COLUMNS = (
 
 
 def feedback_row(event: FeedbackGiven, *, now_ms: float) -> tuple:
-    if not _plausible(event.given_at_ms, now_ms):
+    if not plausible_time(event.given_at_ms, now_ms):
         raise RowRejected(f"given_at_ms {event.given_at_ms:.0f} is not a plausible time")
     return (
         event.turn_id,
@@ -170,7 +170,7 @@ def worker_metrics_row(event: WorkerMetrics, *, now_ms: float) -> tuple:
         problems.append("more prefix-cache hits than lookups")
     if not 0.0 <= event.interval_ms <= MAX_INTERVAL_MS:
         problems.append(f"interval_ms {event.interval_ms} is not plausible")
-    if not _plausible(event.at_ms, now_ms):
+    if not plausible_time(event.at_ms, now_ms):
         problems.append(f"at_ms {event.at_ms:.0f} is not a plausible time")
     if problems:
         raise RowRejected("; ".join(problems))
