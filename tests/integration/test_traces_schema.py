@@ -60,6 +60,7 @@ def test_traces_and_views_on_the_embedded_engine(tmp_path):
 
 
 REPORT = textwrap.dedent("""
+    import os
     import time
     from pathlib import Path
 
@@ -99,7 +100,7 @@ REPORT = textwrap.dedent("""
     assert report.headline["turns"] == 30 and len(report.ttft) == 30, report.headline
     assert abs(report.headline["error_rate"] - 1 / 30) < 1e-9
     assert {row[0] for row in report.business} == {"acme", "globex"}
-    out = Path.cwd()
+    out = Path(os.environ["TURNSTREAM_HOME"])  # the test's own folder, not the repo
     page = render(report, "report.png")
     assert "30 turns" in page and "thumbs up 50.0% of 2 rated turns" in page, page
     plot(report, out / "report.png")
