@@ -39,6 +39,7 @@ from tests.support.factories import completed
 from tests.support.polling import eventually
 from workers.sink.app import TURNS, run_sink
 from workers.sink.rows import turn_row
+from workers.sink.service import SOURCE_COLUMNS
 
 RESULTS = REPO / "bench" / "results"
 FIGURES = REPO / "bench" / "figures"
@@ -106,8 +107,12 @@ async def throughput(base: Settings, client, rows: int, batch: int) -> dict:
     events = [completed(f"{direct_run}-{i}", completed_at_ms=stamp) for i in range(rows)]
     started = time.perf_counter()
     for start in range(0, rows, batch):
-        chunk = [turn_row(e, now_ms=now_ms()) for e in events[start : start + batch]]
-        await asyncio.to_thread(client.insert, TURNS.table, chunk, column_names=list(TURNS.columns))
+        chunk = [  # the same columns the sink writes, source coordinates included
+            (*turn_row(e, now_ms=now_ms()), "direct", 0, start + i)
+            for i, e in enumerate(events[start : start + batch])
+        ]
+        columns = [*TURNS.columns, *SOURCE_COLUMNS]
+        await asyncio.to_thread(client.insert, TURNS.table, chunk, column_names=columns)
     direct_s = time.perf_counter() - started
     return {
         "rows": rows,

@@ -87,6 +87,7 @@ class ClickHouseSink:
         self.incarnation = uuid.uuid4().hex[:12]  # scopes insert tokens to this process
         self._fresh: set[TopicPartition] = set()  # assigned, not yet checked against the table
         self._stored: dict[TopicPartition, set[int]] = {}  # offsets past the commit, in the table
+        self._in_flight: asyncio.Task[None] | None = None  # the batch being inserted
 
     def rebalance_listener(self) -> ConsumerRebalanceListener:
         """Pass to `subscribe`: every partition assigned is checked against the table before
@@ -94,18 +95,31 @@ class ClickHouseSink:
         return _Assignments(self)
 
     async def run(self) -> None:
+        """Fetch and decode the next batch while the previous one is inserted (one insert
+        in flight; batches are committed in order)."""
         batch = Batch(opened_at=time.monotonic())
-        while True:
-            wait_ms = max(1, int(self.limits.linger_s * 1000))
-            fetched = await self.consumer.getmany(
-                timeout_ms=wait_ms, max_records=self.limits.max_rows
-            )
-            for tp, records in fetched.items():
-                for record in records:
-                    await self._take(batch, tp, record)
-            if batch.due(self.limits, time.monotonic()):
-                await self._flush(batch)
-                batch = Batch(opened_at=time.monotonic())
+        try:
+            while True:
+                wait_ms = max(1, int(self.limits.linger_s * 1000))
+                fetched = await self.consumer.getmany(
+                    timeout_ms=wait_ms, max_records=self.limits.max_rows
+                )
+                for tp, records in fetched.items():
+                    for record in records:
+                        await self._take(batch, tp, record)
+                if batch.due(self.limits, time.monotonic()):
+                    await self._flushed()
+                    self._in_flight = asyncio.create_task(self._flush(batch))
+                    batch = Batch(opened_at=time.monotonic())
+        finally:
+            if self._in_flight is not None:  # uncommitted: the next owner reads it again
+                self._in_flight.cancel()
+
+    async def _flushed(self) -> None:
+        """Wait for the batch in flight to be inserted and committed."""
+        if self._in_flight is not None:
+            await self._in_flight
+            self._in_flight = None
 
     async def _take(self, batch: Batch, tp: TopicPartition, record: ConsumerRecord) -> None:
         if not batch.consumed(tp, record.offset):
@@ -113,6 +127,7 @@ class ClickHouseSink:
             return
         if tp in self._fresh:  # the fetch starts at the committed offset: this one
             self._fresh.discard(tp)
+            await self._flushed()  # its rows may be among those this partition re-reads
             self._stored[tp] = await self._stored_since(tp, record.offset)
         stored = self._stored.get(tp)
         if stored and record.offset in stored:
