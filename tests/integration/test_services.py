@@ -63,6 +63,7 @@ MIGRATION_CHECK = textwrap.dedent("""
     from infra.clickhouse.migrate import MigrationError, Migration, migrate
     import infra.clickhouse.migrate as m
     from schemas.settings import Settings
+    from workers.sink.rows import TURN_COLUMNS
 
     client = connect(Settings.from_env())
     first = migrate(client)
@@ -70,7 +71,8 @@ MIGRATION_CHECK = textwrap.dedent("""
     assert [x.version for x in first] == [x.version for x in m.load_migrations()], first
     assert again == []
     client.insert("turnstream.turns", [["t1", "c1", "acme", "u", "m", "w", "stop", "", 5, 3, 0,
-                  1.0, 12.5, 40.0, [1.5, 2.5], "hi", datetime.now(UTC)]])
+                  1.0, 12.5, 40.0, [1.5, 2.5], "hi", datetime.now(UTC)]],
+                  column_names=list(TURN_COLUMNS))
     rows = client.query("SELECT turn_id, itl_ms, ttft_ms FROM turnstream.turns").result_rows
     assert rows[0][0] == "t1" and list(rows[0][1]) == [1.5, 2.5], rows
     original = m.load_migrations

@@ -1,0 +1,36 @@
+"""The safety package's errors: each carries a stable `code`, the string a verdict records
+(`Verdict.error`) so traces and dashboards group failures without parsing messages."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class SafetyError(Exception):
+    """Base of every error raised by workers.safety."""
+
+    code: ClassVar[str] = "safety_error"
+
+
+class ClassifierError(SafetyError):
+    """The profanity model could not be loaded or failed on its input."""
+
+    code: ClassVar[str] = "classifier_error"
+
+
+class BlacklistError(SafetyError):
+    """The blacklist store (Redis) did not answer."""
+
+    code: ClassVar[str] = "blacklist_unavailable"
+
+
+class ScreenError(SafetyError):
+    """Any other failure inside a screen (a bug): recorded, never raised to the worker."""
+
+    code: ClassVar[str] = "screen_error"
+
+
+class RedTeamDataError(SafetyError):
+    """A red-team file is missing or has a malformed line."""
+
+    code: ClassVar[str] = "redteam_data"
