@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from schemas.events import MediaKind, PromptContext, TurnCompleted, TurnSubmitted
+from schemas.events import MediaKind, PromptContext, Screening, TurnCompleted, TurnSubmitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,15 @@ class TraceRow:
     itl_ms: list[float]
     finish_reason: str
     error_code: str
+    input_safety: str  # allow | block; "" when not screened
+    safety_labels: list[str]
+    screen_ms: float
+    safety_error: str
+    output_policy: str  # optimistic | hold_back; "" when answers were not checked
+    windows_checked: int
+    cut_window: int  # -1: not cut
+    unaudited: int  # 1: a verdict never came (optimistic went on without it)
+    hold_max_ms: float
     cost_usd: float
     submitted_at: datetime
     completed_at: datetime
@@ -78,11 +87,13 @@ def build_trace(
     completed: TurnCompleted | None = None,
     closed_at_ms: float | None = None,
     prices: Prices | None = None,
+    screening: Screening | None = None,
 ) -> TraceRow:
     """The trace of a turn from what is known about it (`preprocess_ms` from its
     `turn.enriched`, `context` from its `turn.assembled`). Without `completed`, the turn is
     `timed_out` at `closed_at_ms` (required then)."""
     media = submitted.media
+    checked = completed.output_safety if completed is not None else None
     if completed is None:
         if closed_at_ms is None:
             raise ValueError("a turn without turn.completed needs closed_at_ms")
@@ -129,6 +140,15 @@ def build_trace(
         itl_ms=gaps,
         finish_reason=finish,
         error_code=error,
+        input_safety=str(screening.action) if screening else "",
+        safety_labels=list(screening.labels) if screening else [],
+        screen_ms=screening.elapsed_ms if screening else 0.0,
+        safety_error=screening.error if screening else "",
+        output_policy=checked.policy if checked else "",
+        windows_checked=checked.windows if checked else 0,
+        cut_window=checked.cut_window if checked else -1,
+        unaudited=int(checked.unaudited) if checked else 0,
+        hold_max_ms=checked.max_hold_ms if checked else 0.0,
         cost_usd=(prices or Prices()).cost(model, usage[0], usage[1]),
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),

@@ -13,6 +13,7 @@ import msgspec
 from schemas.events import (
     AnyEvent,
     PromptContext,
+    Screening,
     TraceRecorded,
     TurnAssembled,
     TurnCompleted,
@@ -26,6 +27,7 @@ class PendingTrace(msgspec.Struct, forbid_unknown_fields=True):
     completed: TurnCompleted | None = None
     preprocess_ms: float = 0.0
     context: PromptContext | None = None
+    screening: Screening | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -47,12 +49,14 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.submitted = event
         case TurnEnriched():
             pending.preprocess_ms = event.preprocess_ms
+            pending.screening = event.screening or pending.screening
             pending.submitted = pending.submitted or event.submitted
         case TurnAssembled():
             pending.context = event.context
             pending.submitted = pending.submitted or event.submitted
         case TurnCompleted():
             pending.completed = event
+            pending.screening = event.screening or pending.screening
         case _:
             return None
     if pending.submitted is None or pending.completed is None:
@@ -63,6 +67,7 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
         completed=pending.completed,
         preprocess_ms=pending.preprocess_ms,
         context=pending.context,
+        screening=pending.screening,
     )
 
 
@@ -77,6 +82,7 @@ def timed_out(pending: PendingTrace, turn_id: str, now_ms: float) -> TraceRecord
         closed_at_ms=now_ms,
         preprocess_ms=pending.preprocess_ms,
         context=pending.context,
+        screening=pending.screening,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.events import PromptContext, TurnAssembled
+from schemas.events import OutputSafety, PromptContext, SafetyAction, Screening, TurnAssembled
 from stream_jobs.traces.state import PendingTrace, decode_pending, encode_pending, on_event
 from tests.support.factories import completed, enriched, submitted
 
@@ -26,6 +26,38 @@ def test_a_turn_that_failed_before_assembly_still_has_a_trace():
     assert on_event(pending, submitted("t2")) is None
     trace = on_event(pending, completed("t2"))
     assert trace is not None and trace.context is None and trace.preprocess_ms == 0.0
+
+
+def test_the_screening_joins_the_trace_from_whichever_event_carries_it():
+    from schemas.traces import build_trace
+
+    allowed = Screening(action=SafetyAction.ALLOW, labels=["profanity"], elapsed_ms=0.4)
+    pending = PendingTrace()
+    on_event(pending, enriched("t4", screening=allowed))
+    trace = on_event(pending, completed("t4"))
+    assert trace is not None and trace.screening == allowed
+    blocked = Screening(action=SafetyAction.BLOCK, labels=["injection"], error="classifier")
+    pending = PendingTrace()
+    on_event(pending, submitted("t5"))  # blocked turns are never enriched
+    trace = on_event(pending, completed("t5", screening=blocked))
+    assert trace is not None and trace.screening == blocked
+    row = build_trace(trace.submitted, completed=trace.completed, screening=trace.screening)
+    assert (row.input_safety, row.safety_labels, row.safety_error) == (
+        "block",
+        ["injection"],
+        "classifier",
+    )
+    unscreened = build_trace(submitted("t6"), completed=completed("t6"))
+    assert (unscreened.input_safety, unscreened.safety_labels) == ("", [])
+    assert (unscreened.output_policy, unscreened.cut_window) == ("", -1)
+    checked = OutputSafety(policy="hold_back", windows=3, released=2, cut_window=2, max_hold_ms=9)
+    row = build_trace(submitted("t7"), completed=completed("t7", output_safety=checked))
+    assert (row.output_policy, row.windows_checked, row.cut_window, row.hold_max_ms) == (
+        "hold_back",
+        3,
+        2,
+        9,
+    )
 
 
 def test_pending_state_round_trips():

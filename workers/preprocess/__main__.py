@@ -10,12 +10,15 @@ import uvloop
 from schemas.service_process import start_process
 from workers.preprocess.app import build_speech, run_preprocessor
 from workers.runtime.running import serve_until_stopped
+from workers.safety import profanity
 
 
 async def main() -> None:
     settings, stop = start_process()
     speech = build_speech(settings)
     await asyncio.to_thread(speech.warm)  # the first spoken turn must not pay the model load
+    if settings.safety_screening:  # nor the first screened turn (~1.5 s to unpickle)
+        await asyncio.to_thread(profanity.load)
     async with run_preprocessor(settings, speech) as running:
         print("preprocess worker ready", flush=True)
         await serve_until_stopped(running, stop)

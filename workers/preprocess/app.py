@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator
 
 from schemas.ids import now_ms
 from schemas.settings import Settings
-from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
+from schemas.topics import SAFETY_VERDICTS, TURNS_ENRICHED, TURNS_SUBMITTED
 from workers.preprocess.service import PreprocessConfig, PreprocessService
 from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
+from workers.safety.blacklist import RedisBlacklist
+from workers.safety.input_gate import InputGate
+from workers.safety.screen import InputScreen, SafetyConfig
 
 log = logging.getLogger("turnstream.preprocess")
 
@@ -27,6 +30,22 @@ def build_speech(settings: Settings) -> SpeechPool:
         max_seconds=settings.max_audio_s,
         max_bytes=settings.max_media_bytes,
         asr_threads=settings.asr_threads,
+    )
+
+
+def build_gate(settings: Settings, clients: WorkerClients) -> InputGate | None:
+    """The input screen (None when screening is off); its profanity model loads on first
+    use, or earlier through `warm_screen`."""
+    if not settings.safety_screening:
+        return None
+    config = SafetyConfig(input_profanity_threshold=settings.safety_input_threshold)
+    blacklist = RedisBlacklist(clients.redis, prefix=clients.names.prefix)
+    return InputGate(
+        screen=InputScreen(config, blacklist=blacklist),
+        producer=clients.producer,
+        verdicts_topic=clients.topic(SAFETY_VERDICTS),
+        checker=clients.worker_id,
+        clock_ms=now_ms,
     )
 
 
@@ -48,6 +67,7 @@ async def run_preprocessor(
             worker_id=clients.worker_id, enriched_topic=clients.topic(TURNS_ENRICHED)
         ),
         clock_ms=now_ms,
+        gate=build_gate(settings, clients),
     )
     loop = clients.consume_loop(service.handle, service.fail_turn, settings.max_preprocess_inflight)
     try:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
@@ -27,10 +28,12 @@ from schemas.codec import encode
 from schemas.events import (
     AnyEvent,
     ErrorInfo,
+    FinishReason,
     ImageInput,
     InputTranscribed,
     MediaKind,
     MediaRef,
+    Screening,
     TranscriptSegment,
     TurnEnriched,
     TurnSubmitted,
@@ -41,6 +44,7 @@ from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder, error_outcome
 from workers.runtime.relay import RelayPublisher
 from workers.runtime.retry import retry_transient
+from workers.safety.input_gate import InputGate
 
 log = logging.getLogger("turnstream.preprocess")
 
@@ -77,6 +81,7 @@ class PreprocessService:
         names: RedisNames,
         config: PreprocessConfig,
         clock_ms: Callable[[], float],
+        gate: InputGate | None = None,
     ) -> None:
         self.redis = redis
         self.producer = producer
@@ -88,6 +93,7 @@ class PreprocessService:
         self.names = names
         self.config = config
         self.clock_ms = clock_ms
+        self.gate = gate  # None: turns are not screened
         self._conversations = KeyedLocks()
 
     async def handle(self, event: AnyEvent) -> None:
@@ -113,6 +119,14 @@ class PreprocessService:
                     text=turn.text,
                     preprocess_ms=round(self.clock_ms() - started, 3),
                 )
+            if self.gate is not None:
+                decision = await self.gate.judge(turn, enriched.text)
+                if decision.blocked:
+                    log.info("turn %s blocked: %s", turn.turn_id, decision.screening.labels)
+                    error = ErrorInfo("input_blocked", decision.reason, False)
+                    await self._fail(turn, error, FinishReason.SAFETY, decision.screening)
+                    return
+                enriched = msgspec.structs.replace(enriched, screening=decision.screening)
             await retry_transient(
                 "publishing turns.enriched",
                 lambda: self.producer.send_and_wait(
@@ -171,8 +185,19 @@ class PreprocessService:
             )
         return data
 
-    async def _fail(self, turn: TurnSubmitted, error: ErrorInfo) -> None:
+    async def _fail(
+        self,
+        turn: TurnSubmitted,
+        error: ErrorInfo,
+        finish_reason: FinishReason = FinishReason.ERROR,
+        screening: Screening | None = None,
+    ) -> None:
         completed = error_outcome(
-            turn, error, worker_id=self.config.worker_id, now_ms=self.clock_ms()
+            turn,
+            error,
+            worker_id=self.config.worker_id,
+            now_ms=self.clock_ms(),
+            finish_reason=finish_reason,
+            screening=screening,
         )
         await self.outcomes.record(completed, turn.edge_id)

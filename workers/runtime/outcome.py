@@ -16,7 +16,15 @@ from redis.asyncio import Redis
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
-from schemas.events import ErrorInfo, FinishReason, Timings, TurnCompleted, TurnSubmitted, Usage
+from schemas.events import (
+    ErrorInfo,
+    FinishReason,
+    Screening,
+    Timings,
+    TurnCompleted,
+    TurnSubmitted,
+    Usage,
+)
 from workers.runtime.relay import RelayPublisher
 from workers.runtime.retry import retry_transient
 
@@ -24,16 +32,24 @@ DONE_TTL_S = 7 * 24 * 3600
 
 
 def error_outcome(
-    turn: TurnSubmitted, error: ErrorInfo, *, worker_id: str, now_ms: float, model: str = ""
+    turn: TurnSubmitted,
+    error: ErrorInfo,
+    *,
+    worker_id: str,
+    now_ms: float,
+    model: str = "",
+    finish_reason: FinishReason = FinishReason.ERROR,
+    screening: Screening | None = None,
 ) -> TurnCompleted:
-    """The terminal event of a turn that failed before generating anything."""
+    """The terminal event of a turn that ended before generating anything (failed, or
+    refused by the input screen: `finish_reason` safety, with its `screening`)."""
     elapsed = round(now_ms - turn.submitted_at_ms, 3)
     return TurnCompleted(
         turn_id=turn.turn_id,
         conversation_id=turn.conversation_id,
         tenant_id=turn.tenant_id,
         user_id=turn.user_id,
-        finish_reason=FinishReason.ERROR,
+        finish_reason=finish_reason,
         text="",
         usage=Usage(0, 0),
         timings=Timings(queue_ms=elapsed, ttft_ms=None, e2e_ms=elapsed),
@@ -41,6 +57,7 @@ def error_outcome(
         worker_id=worker_id,
         completed_at_ms=now_ms,
         error=error,
+        screening=screening,
     )
 
 

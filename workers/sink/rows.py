@@ -94,6 +94,7 @@ def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = No
         completed=event.completed,
         closed_at_ms=event.closed_at_ms,
         prices=prices,
+        screening=event.screening,
     ).values()
 
 

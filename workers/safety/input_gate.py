@@ -1,0 +1,100 @@
+"""Input screening as a step of the preprocessing worker: judge a turn's text (typed and
+transcribed) before it can reach an engine, publish the verdict, tell the worker whether
+to go on.
+
+The verdict goes to Kafka `safety.verdicts` (the audit log) without waiting for delivery:
+the decision itself travels with the turn (`turn.enriched` or the blocked turn's
+`turn.completed`), so the trace has it either way and screening adds no broker round trip.
+Blacklisted users are keyed `tenant/user` (user ids are only unique within a tenant).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaProducer
+
+from schemas.codec import encode
+from schemas.events import SafetyAction, SafetyStage, Screening, TurnSubmitted
+from workers.safety.recording import verdict_event
+from workers.safety.screen import InputScreen
+from workers.safety.verdict import Verdict
+
+log = logging.getLogger("turnstream.safety.input")
+
+DEFAULT_REASON = "This message was blocked by the safety checks."
+
+
+def blacklist_user(tenant_id: str, user_id: str) -> str:
+    return f"{tenant_id}/{user_id}"
+
+
+def screening_of(verdict: Verdict) -> Screening:
+    return Screening(
+        action=SafetyAction(str(verdict.action)),
+        labels=list(verdict.labels),
+        elapsed_ms=round(verdict.elapsed_ms, 3),
+        error=verdict.error or "",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    screening: Screening
+    reason: str  # what the user is told when blocked
+
+    @property
+    def blocked(self) -> bool:
+        return self.screening.action == SafetyAction.BLOCK
+
+
+class InputGate:
+    def __init__(
+        self,
+        *,
+        screen: InputScreen,
+        producer: AIOKafkaProducer,
+        verdicts_topic: str,
+        checker: str,
+        clock_ms: Callable[[], float],
+    ) -> None:
+        self.screen = screen
+        self.producer = producer
+        self.verdicts_topic = verdicts_topic
+        self.checker = checker
+        self.clock_ms = clock_ms
+
+    async def judge(self, turn: TurnSubmitted, text: str) -> GateDecision:
+        verdict = await self.screen.screen(
+            text, user_id=blacklist_user(turn.tenant_id, turn.user_id)
+        )
+        decision = GateDecision(screening_of(verdict), verdict.reason or DEFAULT_REASON)
+        if verdict.error:
+            log.warning("turn %s: a screen check failed: %s", turn.turn_id, verdict.error)
+        await self._record(turn, text, verdict)
+        return decision
+
+    async def _record(self, turn: TurnSubmitted, text: str, verdict: Verdict) -> None:
+        event = verdict_event(
+            turn,
+            SafetyStage.INPUT,
+            verdict,
+            judged_text=text,
+            checker=self.checker,
+            now_ms=self.clock_ms(),
+        )
+        try:  # enqueue only: the decision travels with the turn anyway
+            delivery = await self.producer.send(
+                self.verdicts_topic, encode(event), key=turn.conversation_id.encode()
+            )
+        except Exception as err:  # the audit copy must never stop a turn
+            log.warning("turn %s: verdict not published: %r", turn.turn_id, err)
+            return
+        delivery.add_done_callback(_log_lost)
+
+
+def _log_lost(delivery) -> None:
+    if not delivery.cancelled() and delivery.exception() is not None:
+        log.warning("a safety verdict was not delivered: %r", delivery.exception())

@@ -1,0 +1,49 @@
+"""A check's `Verdict` as the `safety.verdict` event recorded on Kafka (pure), the same way
+for the input screen and the output check."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from schemas.events import SafetyAction, SafetyStage, SafetyVerdict
+from workers.safety.verdict import Verdict
+
+MAX_EVIDENCE_CHARS = 2000  # of refused text, kept with its verdict for audits
+
+
+class TurnOwner(Protocol):
+    turn_id: str
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+
+
+def verdict_event(
+    owner: TurnOwner,
+    stage: SafetyStage,
+    verdict: Verdict,
+    *,
+    judged_text: str,
+    checker: str,
+    now_ms: float,
+    window: int = -1,
+) -> SafetyVerdict:
+    """The event; the judged text is kept (capped) only when it was refused."""
+    action = SafetyAction(str(verdict.action))
+    refused = action in (SafetyAction.BLOCK, SafetyAction.CUT)
+    return SafetyVerdict(
+        turn_id=owner.turn_id,
+        conversation_id=owner.conversation_id,
+        tenant_id=owner.tenant_id,
+        user_id=owner.user_id,
+        stage=stage,
+        action=action,
+        labels=list(verdict.labels),
+        scores={k: round(v, 4) for k, v in verdict.scores.items()},
+        window=window,
+        text=judged_text[:MAX_EVIDENCE_CHARS] if refused else "",
+        checker=checker,
+        elapsed_ms=round(verdict.elapsed_ms, 3),
+        at_ms=now_ms,
+        error=verdict.error or "",
+    )
