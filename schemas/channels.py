@@ -24,6 +24,10 @@ class RedisNames:
         """Pub/sub channel an edge node listens on for the frames of its turns."""
         return f"{self.prefix}:edge:{edge_id}"
 
+    def safety_channel(self, worker_id: str) -> str:
+        """Pub/sub channel an inference worker hears its answers' safety verdicts on."""
+        return f"{self.prefix}:safety:{worker_id}"
+
     def control_channel(self) -> str:
         """Pub/sub channel every inference worker listens on for cancellations."""
         return f"{self.prefix}:control"

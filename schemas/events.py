@@ -18,6 +18,7 @@ class FinishReason(enum.StrEnum):
     LENGTH = "length"  # max_tokens reached
     CANCELLED = "cancelled"  # the user (or the system) cancelled the turn
     ERROR = "error"  # the turn failed; an ErrorInfo says why
+    SAFETY = "safety"  # refused by the safety checks (input blocked or output cut)
 
 
 class Role(enum.StrEnum):
@@ -136,6 +137,30 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     media: list[MediaRef] = []
 
 
+class SafetyStage(enum.StrEnum):
+    INPUT = "input"  # the turn's text, screened before it can reach an engine
+    OUTPUT = "output"  # one window of the streamed answer
+    AUDIT = "audit"  # the whole exchange, after the fact
+
+
+class SafetyAction(enum.StrEnum):
+    ALLOW = "allow"  # input passes
+    BLOCK = "block"  # input refused: the turn never reaches an engine
+    RELEASE = "release"  # an output window may be shown
+    CUT = "cut"  # an output window is unsafe: the answer stops and is retracted
+
+
+class Screening(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The input screen's decision, carried with the turn into its trace (`turn.enriched`
+    when it passed, `turn.completed` when it was blocked). `error`: a check that failed
+    (the others still ran; the turn was judged without it)."""
+
+    action: SafetyAction
+    labels: list[str] = []
+    elapsed_ms: float = 0.0
+    error: str = ""
+
+
 class TurnEnriched(Event, tag="turn.enriched"):
     """A turn after preprocessing (Kafka `turns.enriched`, keyed by conversation): the query
     as the model reads it (typed text and/or the transcript of its audio) and its images.
@@ -146,6 +171,7 @@ class TurnEnriched(Event, tag="turn.enriched"):
     images: list[ImageInput] = []
     transcript: list[TranscriptSegment] = []
     preprocess_ms: float = 0.0
+    screening: Screening | None = None  # None: not screened (screening off)
 
 
 class PromptContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -171,6 +197,7 @@ class TurnAssembled(Event, tag="turn.assembled"):
     images: list[ImageInput] = []
     preprocess_ms: float = 0.0
     error: ErrorInfo | None = None
+    screening: Screening | None = None  # the input screen's decision, on to the completion
 
 
 class TraceRecorded(Event, tag="trace.recorded"):
@@ -183,6 +210,7 @@ class TraceRecorded(Event, tag="trace.recorded"):
     closed_at_ms: float = 0.0
     preprocess_ms: float = 0.0
     context: PromptContext | None = None
+    screening: Screening | None = None
 
 
 class FeedbackKind(enum.StrEnum):
@@ -241,6 +269,21 @@ class TurnStarted(Event, tag="turn.started"):
     attempt: str = ""
 
 
+class OutputSafety(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How an answer fared under the incremental output check, for its trace: the policy,
+    windows sent and released, the window that was cut (-1: none), `unaudited` (optimistic
+    stopped waiting for a verdict), the longest hold-back delay and the median verdict
+    round trip."""
+
+    policy: str
+    windows: int
+    released: int
+    cut_window: int = -1
+    unaudited: bool = False
+    max_hold_ms: float = 0.0
+    verdict_p50_ms: float = 0.0
+
+
 class TurnCompleted(Event, tag="turn.completed"):
     """Terminal event of a turn: relayed to the edge and recorded in Kafka `turns.completed`."""
 
@@ -255,6 +298,10 @@ class TurnCompleted(Event, tag="turn.completed"):
     worker_id: str
     completed_at_ms: float
     error: ErrorInfo | None = None
+    # the input screen's decision (blocked turns, and every answered one: the trace gets it
+    # from here whatever order the traces job reads its events in)
+    screening: Screening | None = None
+    output_safety: OutputSafety | None = None  # None: the answer was not checked
 
 
 class WorkerMetrics(Event, tag="worker.metrics", kw_only=True):
@@ -289,6 +336,46 @@ class WorkerMetrics(Event, tag="worker.metrics", kw_only=True):
     in_flight: int = 0
 
 
+class SafetyVerdict(Event, tag="safety.verdict", kw_only=True):
+    """What a safety check decided about a turn (Kafka `safety.verdicts`, keyed by
+    conversation): joined into the turn's trace and kept in the `events` log. `labels` are
+    the categories that matched (e.g. injection, jailbreak, profanity, blacklisted_user),
+    `scores` the classifier's numbers; `text` is what was judged when it was refused (the
+    offending window for a cut, capped). `error` names a classifier failure; `action` is
+    then the policy's fallback (fail open or closed)."""
+
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    stage: SafetyStage
+    action: SafetyAction
+    labels: list[str] = []
+    scores: dict[str, float] = {}
+    window: int = -1  # the output window's index (input and audit: -1)
+    text: str = ""
+    checker: str = ""  # the worker that decided
+    elapsed_ms: float = 0.0
+    at_ms: float
+    error: str = ""
+
+
+class OutputWindow(Event, tag="safety.window", kw_only=True):
+    """A window of a streaming answer to classify (Kafka `safety.windows`, keyed by turn):
+    about 50 tokens plus the tail of the previous window (`workers.safety.windows`), so a
+    phrase split across two windows is seen whole. The safety worker publishes its
+    `SafetyVerdict` to the Redis channel `reply_to` (the inference worker streaming the
+    answer) and to Kafka `safety.verdicts`."""
+
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    index: int
+    text: str
+    final: bool = False
+    reply_to: str
+    sent_at_ms: float
+
+
 AnyEvent = (
     TurnSubmitted
     | TurnEnriched
@@ -301,4 +388,6 @@ AnyEvent = (
     | TurnStarted
     | TurnCompleted
     | WorkerMetrics
+    | SafetyVerdict
+    | OutputWindow
 )

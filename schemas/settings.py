@@ -219,6 +219,41 @@ class Settings:
         "",
         "System persona of every conversation (empty: the model's own default).",
     )
+    # --- safety -------------------------------------------------------------------------------
+    safety_screening: bool = _var(
+        "TURNSTREAM_SAFETY_SCREENING",
+        True,
+        "Screen every turn's text (rules, profanity model, blacklists) before it can reach an "
+        "engine; a blocked turn ends with finish_reason safety.",
+    )
+    safety_input_threshold: float = _var(
+        "TURNSTREAM_SAFETY_INPUT_THRESHOLD",
+        0.9,
+        "Profanity-model probability from which a turn's abusive phrase (aimed at someone) "
+        "blocks it.",
+    )
+    safety_output_policy: str = _var(
+        "TURNSTREAM_SAFETY_OUTPUT_POLICY",
+        "optimistic",
+        "How answers stream under the incremental safety check: optimistic (text at once; a "
+        "cut stops and retracts), hold_back (a window shows only once released; costs one "
+        "window of delay) or off.",
+    )
+    safety_window_tokens: int = _var(
+        "TURNSTREAM_SAFETY_WINDOW_TOKENS", 50, "Tokens per window of the output safety check."
+    )
+    safety_window_overlap: int = _var(
+        "TURNSTREAM_SAFETY_WINDOW_OVERLAP",
+        10,
+        "Tokens of the previous window repeated in the next (a phrase split across two is "
+        "seen whole).",
+    )
+    safety_deadline_ms: float = _var(
+        "TURNSTREAM_SAFETY_DEADLINE_MS",
+        2000.0,
+        "How long a window waits for its verdict: hold-back then fails closed "
+        "(safety_unavailable), optimistic ends the answer unaudited.",
+    )
     metrics_interval_ms: float = _var(
         "TURNSTREAM_METRICS_INTERVAL_MS",
         500.0,

@@ -83,6 +83,22 @@ WORKERS_METRICS = TopicSpec(
     doc="Inference workers' state every few hundred ms (batch, KV cache, queue); ClickHouse "
     "keeps the history, so a day is enough here.",
 )
+SAFETY_VERDICTS = TopicSpec(
+    name="safety.verdicts",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=7 * DAY_MS,
+    doc="Safety decisions (input screening, output windows, audits), for traces and the "
+    "events log; ClickHouse keeps them for audits.",
+)
+SAFETY_WINDOWS = TopicSpec(
+    name="safety.windows",
+    partitions=8,
+    key="turn_id",
+    retention_ms=DAY_MS,
+    doc="Windows of streaming answers for the incremental safety check (workers/safety); "
+    "verdicts go back over Redis and to safety.verdicts.",
+)
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
     partitions=1,
@@ -100,5 +116,7 @@ REGISTRY: tuple[TopicSpec, ...] = (
     TRACE_TICKS,
     FEEDBACK,
     WORKERS_METRICS,
+    SAFETY_VERDICTS,
+    SAFETY_WINDOWS,
     DEAD_LETTERS,
 )

@@ -188,6 +188,7 @@ class AssemblyJob:
             assembled_at_ms=now_ms(),
             images=turn.images,
             preprocess_ms=turn.preprocess_ms,
+            screening=turn.screening,
         )
         await self._send(assembled)
 

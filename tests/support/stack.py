@@ -18,6 +18,7 @@ from workers.inference.engine import Engine
 from workers.preprocess.app import run_preprocessor
 from workers.preprocess.service import PreprocessService
 from workers.runtime.running import RunningService
+from workers.safety.app import run_safety_worker
 from ws_edge.auth import mint_token
 from ws_edge.server import EdgeServer
 
@@ -74,12 +75,15 @@ def running_assembly(settings: Settings, **env: str):
 
 @contextlib.asynccontextmanager
 async def pipeline(
-    settings: Settings, engine: Engine, *, with_assembly: bool = True
+    settings: Settings, engine: Engine, *, with_assembly: bool = True, with_safety: bool = True
 ) -> AsyncIterator[Pipeline]:
-    """`with_assembly=False`: the caller runs (and restarts) the assembly job itself."""
+    """`with_assembly=False`: the caller runs (and restarts) the assembly job itself.
+    `with_safety=False`: no safety worker answers the output check (it is down)."""
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    checks_output = with_safety and settings.safety_output_policy != "off"
     async with (
         running_assembly(settings) if with_assembly else contextlib.nullcontext(),
+        run_safety_worker(settings) if checks_output else contextlib.nullcontext(),
         run_worker(settings, engine) as worker,
         run_preprocessor(settings) as preprocess,
     ):

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from schemas.ids import now_ms
 from schemas.settings import Settings
-from schemas.topics import TURNS_ASSEMBLED, WORKERS_METRICS
+from schemas.topics import SAFETY_WINDOWS, TURNS_ASSEMBLED, WORKERS_METRICS
 from workers.inference.engine import Engine
 from workers.inference.image_budget import ImageBudget
 from workers.inference.image_cache import ImageCache
@@ -17,6 +17,7 @@ from workers.inference.pixels import PixelLoader
 from workers.inference.service import InferenceService, ServiceConfig
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
+from workers.safety.output_gate import GateConfig, Policy
 
 log = logging.getLogger("turnstream.inference")
 
@@ -49,6 +50,18 @@ def build_engine(settings: Settings) -> Engine:
 RunningWorker = RunningService[InferenceService]
 
 
+def output_gate_config(settings: Settings) -> GateConfig | None:
+    """The incremental output check's policy (None: off)."""
+    if settings.safety_output_policy == "off":
+        return None
+    return GateConfig(
+        policy=Policy(settings.safety_output_policy),
+        window_tokens=settings.safety_window_tokens,
+        overlap_tokens=settings.safety_window_overlap,
+        deadline_ms=settings.safety_deadline_ms,
+    )
+
+
 @contextlib.asynccontextmanager
 async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[RunningWorker]:
     """Start the worker's tasks; on exit drain in-flight turns and close every client."""
@@ -71,6 +84,8 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         config=ServiceConfig(
             worker_id=clients.worker_id,
             max_queued_per_conversation=settings.max_queued_per_conversation,
+            output_gate=output_gate_config(settings),
+            windows_topic=clients.topic(SAFETY_WINDOWS),
         ),
         clock_ms=now_ms,
     )

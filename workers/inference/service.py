@@ -15,21 +15,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+import msgspec
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from schemas.channels import RedisNames
-from schemas.codec import decode
+from schemas.codec import decode, encode
 from schemas.errors import DecodeError
 from schemas.events import (
     AnyEvent,
     ErrorInfo,
     FinishReason,
+    OutputSafety,
+    OutputWindow,
+    SafetyVerdict,
+    Screening,
     TokenChunk,
     TurnAssembled,
     TurnCancelled,
@@ -40,11 +46,14 @@ from schemas.events import (
 from workers.inference.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.image_budget import Grant, ImageBudget
+from workers.inference.output_guard import OutputGuard, SafetyStop
 from workers.inference.pixels import PixelLoader
 from workers.inference.progress import TurnProgress
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
+from workers.safety.output_gate import GateConfig, OutputGate
+from workers.safety.windows import Window
 
 log = logging.getLogger("turnstream.inference")
 
@@ -53,6 +62,8 @@ log = logging.getLogger("turnstream.inference")
 class ServiceConfig:
     worker_id: str
     max_queued_per_conversation: int = 8
+    output_gate: GateConfig | None = None  # None: answers are not checked while streaming
+    windows_topic: str = ""  # Kafka safety.windows (when output_gate is set)
 
 
 class InferenceService:
@@ -83,6 +94,8 @@ class InferenceService:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._cancel_requested: set[str] = set()
         self._conversations = KeyedLocks()
+        self._guards: dict[str, OutputGuard] = {}  # turns streaming under the safety check
+        self._safety_stops: dict[str, SafetyStop] = {}  # turns the safety check stopped
         self.gauges = TurnGauges()  # queue depth and turns held, for the worker's metrics
 
     # ---- entry points --------------------------------------------------------------------
@@ -118,7 +131,9 @@ class InferenceService:
     async def _follow_cancels(self, *, recheck: bool) -> None:
         pubsub = self.redis.pubsub()
         try:
-            await pubsub.subscribe(self.names.control_channel())
+            await pubsub.subscribe(
+                self.names.control_channel(), self.names.safety_channel(self.config.worker_id)
+            )
             if recheck:
                 for turn_id in list(self._running):
                     if await self.redis.exists(self.names.cancelled_key(turn_id)):
@@ -131,6 +146,10 @@ class InferenceService:
                     continue
                 if isinstance(event, TurnCancelled):
                     self.request_cancel(event.turn_id)
+                elif isinstance(event, SafetyVerdict):
+                    guard = self._guards.get(event.turn_id)
+                    if guard is not None:
+                        await guard.verdict(event.window, str(event.action), event.labels)
         finally:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()
@@ -174,7 +193,10 @@ class InferenceService:
                     attempt=progress.attempt,
                 ),
             )
-            generation = asyncio.create_task(self._generate(request, progress, channel, ticket))
+            guard = self._guard(turn, progress, channel)
+            generation = asyncio.create_task(
+                self._generate(request, progress, channel, ticket, guard)
+            )
             self._running[turn.turn_id] = generation
             try:
                 if await self.redis.exists(self.names.cancelled_key(turn.turn_id)):
@@ -182,10 +204,73 @@ class InferenceService:
                 finish, error = await self._await_generation(turn.turn_id, generation)
             finally:
                 self._running.pop(turn.turn_id, None)
+                self._guards.pop(turn.turn_id, None)
+                self._safety_stops.pop(turn.turn_id, None)
                 self._cancel_requested.discard(turn.turn_id)
                 if not generation.done():
                     generation.cancel()
-            await self._finish(progress, finish, error)
+            await self._finish(
+                progress,
+                finish,
+                error,
+                replacement=_replacement(guard, finish),
+                output_safety=guard.summary() if guard is not None else None,
+                screening=assembled.screening,
+            )
+
+    def _guard(
+        self, turn: TurnSubmitted, progress: TurnProgress, channel: str
+    ) -> OutputGuard | None:
+        """The safety check of this answer's stream (None when the check is off)."""
+        if self.config.output_gate is None:
+            return None
+        reply_to = self.names.safety_channel(self.config.worker_id)
+
+        async def relay(text: str) -> None:
+            self.relay.publish(
+                channel,
+                TokenChunk(
+                    turn_id=turn.turn_id,
+                    seq=next(shown),
+                    text=text,
+                    emitted_at_ms=self.clock_ms(),
+                    attempt=progress.attempt,
+                ),
+            )
+
+        async def send_window(window: Window) -> None:
+            event = OutputWindow(
+                turn_id=turn.turn_id,
+                conversation_id=turn.conversation_id,
+                tenant_id=turn.tenant_id,
+                user_id=turn.user_id,
+                index=window.index,
+                text=window.text,
+                final=window.final,
+                reply_to=reply_to,
+                sent_at_ms=self.clock_ms(),
+            )
+            await self.producer.send(  # not awaited: the verdict's deadline covers delivery
+                self.config.windows_topic, encode(event), key=turn.turn_id.encode()
+            )
+
+        def stop(how: SafetyStop) -> None:
+            log.info("turn %s stopped by the safety check: %s", turn.turn_id, how.error.code)
+            self._safety_stops[turn.turn_id] = how
+            task = self._running.get(turn.turn_id)
+            if task is not None:  # also from inside it: it ends cancelled at its next step
+                task.cancel()
+
+        shown = itertools.count()
+        guard = OutputGuard(
+            OutputGate(self.config.output_gate),
+            relay=relay,
+            send_window=send_window,
+            stop=stop,
+            clock_ms=self.clock_ms,
+        )
+        self._guards[turn.turn_id] = guard
+        return guard
 
     async def _replay(self, turn: TurnSubmitted, recorded: bytes) -> bool:
         """A redelivered or retried turn is not generated again: its recorded outcome is
@@ -210,6 +295,9 @@ class InferenceService:
         try:
             await asyncio.shield(generation)
         except asyncio.CancelledError:
+            stop = self._safety_stops.get(turn_id)
+            if stop is not None and generation.cancelled():
+                return stop.finish_reason, stop.error
             if turn_id in self._cancel_requested and generation.cancelled():
                 return FinishReason.CANCELLED, None
             raise  # the worker is stopping: leave the turn uncommitted, it is redelivered
@@ -227,6 +315,7 @@ class InferenceService:
         progress: TurnProgress,
         channel: str,
         ticket: Held | None = None,
+        guard: OutputGuard | None = None,
     ):
         if request.images:
             if not self.engine.accepts_images:
@@ -243,17 +332,28 @@ class InferenceService:
         if ticket is not None:
             ticket.started()  # leaves the worker's queue: the engine has it now
         try:
-            await self._stream(request, progress, channel, grant)
+            await self._stream(request, progress, channel, grant, guard)
         finally:
             grant.release()
+        if guard is not None:  # the last window is judged before the answer ends
+            await guard.finish()
+            await guard.wait_settled()
 
     async def _stream(
-        self, request: GenerationRequest, progress: TurnProgress, channel: str, grant: Grant
+        self,
+        request: GenerationRequest,
+        progress: TurnProgress,
+        channel: str,
+        grant: Grant,
+        guard: OutputGuard | None = None,
     ) -> None:
         async for delta in _aiter(self.engine.stream(request)):
             grant.release()  # the first output: its prefill (and image encoding) is done
             now = self.clock_ms()
             if progress.add(delta, now):
+                if guard is not None:  # shown when (and as) the safety check allows
+                    await guard.delta(delta.text, delta.new_tokens)
+                    continue
                 self.relay.publish(
                     channel,
                     TokenChunk(
@@ -266,8 +366,18 @@ class InferenceService:
                 )
 
     async def _finish(
-        self, progress: TurnProgress, finish: FinishReason, error: ErrorInfo | None = None
+        self,
+        progress: TurnProgress,
+        finish: FinishReason,
+        error: ErrorInfo | None = None,
+        *,
+        replacement: str | None = None,
+        output_safety: OutputSafety | None = None,
+        screening: Screening | None = None,
     ) -> None:
+        """`replacement`: the text that stands for the answer instead of what was generated
+        (a safety cut: the client shows it in place of the retracted text, and the history
+        keeps it)."""
         turn = progress.turn
         if finish == FinishReason.STOP and progress.finish_reason is not None:
             finish = progress.finish_reason  # the engine knows stop from length
@@ -278,6 +388,12 @@ class InferenceService:
             worker_id=self.config.worker_id,
             error=error,
         )
+        if replacement is not None:
+            completed = msgspec.structs.replace(completed, text=replacement)
+        if output_safety is not None or screening is not None:
+            completed = msgspec.structs.replace(
+                completed, output_safety=output_safety, screening=screening
+            )
         # Record first, tell the client last: once it sees `response.done`, the outcome is
         # durable in Kafka (the assembly job adds it to the history from there).
         await self.outcomes.record(completed, turn.edge_id)
@@ -297,6 +413,16 @@ class InferenceService:
         progress = TurnProgress(event.submitted)
         error = ErrorInfo("internal_error", f"the turn failed: {reason}"[:500], retryable=True)
         await self._finish(progress, FinishReason.ERROR, error)
+
+
+def _replacement(guard: OutputGuard | None, finish: FinishReason) -> str | None:
+    """What the answer's text becomes under the safety check: the canned reply of a cut;
+    for a cancel, only what was shown (hold-back may hold unjudged text)."""
+    if guard is None:
+        return None
+    if guard.stopped is not None:
+        return guard.stopped.replacement
+    return guard.shown_text if finish == FinishReason.CANCELLED else None
 
 
 async def _aiter(stream):

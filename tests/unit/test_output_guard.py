@@ -1,0 +1,87 @@
+"""The output guard: the safety gate's decisions turned into relays, windows and stops (no
+Kafka or Redis: the I/O is recorded)."""
+
+from __future__ import annotations
+
+from schemas.events import FinishReason
+from workers.inference.output_guard import OutputGuard, SafetyStop
+from workers.safety.output_gate import GateConfig, OutputGate, Policy
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.relayed: list[str] = []
+        self.windows: list[int] = []
+        self.stops: list[SafetyStop] = []
+
+    def guard(self, policy: Policy, deadline_ms: float = 1000.0) -> OutputGuard:
+        async def relay(text: str) -> None:
+            self.relayed.append(text)
+
+        async def send_window(window) -> None:
+            self.windows.append(window.index)
+
+        config = GateConfig(
+            policy=policy, window_tokens=3, overlap_tokens=1, deadline_ms=deadline_ms
+        )
+        return OutputGuard(
+            OutputGate(config),
+            relay=relay,
+            send_window=send_window,
+            stop=self.stops.append,
+            clock_ms=lambda: self.now,
+        )
+
+
+async def test_hold_back_relays_released_text_as_the_deltas_it_was_made_of():
+    rec = Recorder()
+    guard = rec.guard(Policy.HOLD_BACK)
+    for word in ["one ", "two ", "three ", "four "]:
+        await guard.delta(word, 1)
+    assert rec.relayed == [] and rec.windows == [0]  # nothing shown before a release
+    await guard.verdict(0, "release", [])
+    assert rec.relayed == ["one ", "two ", "three "]
+    await guard.finish()
+    assert rec.windows == [0, 1] and not guard.settled.is_set()
+    await guard.verdict(1, "release", [])
+    assert rec.relayed[-1] == "four " and guard.settled.is_set() and guard.stopped is None
+    assert guard.shown_text == "one two three four "
+
+
+async def test_a_cut_stops_with_the_canned_reply_for_its_labels():
+    rec = Recorder()
+    guard = rec.guard(Policy.OPTIMISTIC)
+    for word in ["my ", "key ", "is "]:
+        await guard.delta(word, 1)
+    assert rec.relayed == ["my ", "key ", "is "]  # optimistic: shown at once
+    await guard.verdict(0, "cut", ["secret_leak"])
+    (stop,) = rec.stops
+    assert stop.finish_reason == FinishReason.SAFETY and stop.error.code == "output_cut"
+    assert "secret" in stop.replacement and guard.stopped == stop and guard.settled.is_set()
+    await guard.delta("sk-123 ", 1)
+    assert rec.relayed == ["my ", "key ", "is "]  # nothing more after the cut
+
+
+async def test_hold_back_fails_closed_when_no_verdict_comes():
+    rec = Recorder()
+    guard = rec.guard(Policy.HOLD_BACK, deadline_ms=50)
+    for word in ["a ", "b ", "c "]:
+        await guard.delta(word, 1)
+    await guard.finish()
+    rec.now = 100.0  # past the deadline
+    await guard.wait_settled(tick_s=0.001)
+    (stop,) = rec.stops
+    assert stop.finish_reason == FinishReason.ERROR and stop.error.code == "safety_unavailable"
+    assert stop.error.retryable and rec.relayed == []
+
+
+async def test_optimistic_ends_unaudited_when_no_verdict_comes():
+    rec = Recorder()
+    guard = rec.guard(Policy.OPTIMISTIC, deadline_ms=50)
+    await guard.delta("hello ", 1)
+    await guard.finish()
+    rec.now = 100.0
+    await guard.wait_settled(tick_s=0.001)
+    assert rec.stops == [] and guard.stopped is None and guard.gate.summary().unaudited
+    assert rec.relayed == ["hello "]

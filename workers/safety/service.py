@@ -1,0 +1,84 @@
+"""The safety worker: windows of streaming answers in, verdicts out (consumer group
+`safety` on Kafka `safety.windows`).
+
+A verdict goes first to the Redis channel the window names (`reply_to`: the inference
+worker streaming that answer, waiting to release or cut), then to Kafka `safety.verdicts`
+for the audit log. The check is synchronous and sub-millisecond for a window, so it runs
+inline; a check that fails on odd text still yields a verdict (the rules decide, the error
+is recorded), so no window is left without an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaProducer
+from redis.asyncio import Redis
+
+from schemas.codec import encode
+from schemas.events import (
+    AnyEvent,
+    OutputWindow,
+    SafetyAction,
+    SafetyStage,
+)
+from workers.safety.recording import verdict_event
+from workers.safety.screen import OutputCheck
+
+log = logging.getLogger("turnstream.safety")
+
+
+@dataclass(frozen=True, slots=True)
+class SafetyServiceConfig:
+    worker_id: str
+    verdicts_topic: str
+
+
+class SafetyService:
+    def __init__(
+        self,
+        *,
+        redis: Redis,
+        producer: AIOKafkaProducer,
+        check: OutputCheck,
+        config: SafetyServiceConfig,
+        clock_ms: Callable[[], float],
+    ) -> None:
+        self.redis = redis
+        self.producer = producer
+        self.check = check
+        self.config = config
+        self.clock_ms = clock_ms
+        self.judged = 0
+        self.cut = 0
+
+    async def handle(self, event: AnyEvent) -> None:
+        if not isinstance(event, OutputWindow):
+            log.warning("ignoring %s on the windows topic", type(event).__name__)
+            return
+        verdict = self.check.check(event.text)
+        if verdict.error:
+            log.warning("turn %s window %d: %s", event.turn_id, event.index, verdict.error)
+        answer = verdict_event(
+            event,
+            SafetyStage.OUTPUT,
+            verdict,
+            judged_text=event.text,
+            checker=self.config.worker_id,
+            now_ms=self.clock_ms(),
+            window=event.index,
+        )
+        payload = encode(answer)
+        await self.redis.publish(event.reply_to, payload)  # the waiting stream first
+        await self.producer.send(
+            self.config.verdicts_topic, payload, key=event.conversation_id.encode()
+        )
+        self.judged += 1
+        self.cut += answer.action == SafetyAction.CUT
+
+    async def fail_window(self, event: AnyEvent, reason: str) -> None:
+        """Handling failed unexpectedly (Redis down past retries): the stream's own deadline
+        decides (hold-back fails closed, optimistic goes on unaudited)."""
+        log.error("no verdict for %s: %s", getattr(event, "turn_id", "?"), reason)
