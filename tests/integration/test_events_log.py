@@ -54,13 +54,21 @@ SINK_AND_QUERY = textwrap.dedent("""
     asyncio.run(sink_until_written())
     print(json.dumps(rows()))
 """)
-STAGES = ["turn.submitted", "turn.enriched", "turn.assembled", "turn.completed"]
+# a turn's life as the log orders it: the input screen judges the preprocessed text
+STAGES = [
+    "turn.submitted",
+    "turn.enriched",
+    "safety.verdict",
+    "turn.assembled",
+    "turn.completed",
+]
 TOPIC_OF = {
     "turn.submitted": "turns.submitted",
     "turn.enriched": "turns.enriched",
     "turn.assembled": "turns.assembled",
     "turn.completed": "turns.completed",
     "feedback.given": "feedback",
+    "safety.verdict": "safety.verdicts",
 }
 
 
@@ -104,13 +112,21 @@ async def test_every_event_of_real_turns_lands_in_order(services, session_namesp
         by_turn.setdefault(row[0], []).append(dict(zip(names, row, strict=True)))
 
     for turn in (first, second):  # ordered by time (ties by step): the pipeline's order
-        assert [e["kind"] for e in by_turn[turn.turn_id]][:4] == STAGES
+        log = by_turn[turn.turn_id]
+        windows = [e for e in log if e["detail"].startswith("output:")]
+        assert windows and all(e["detail"] == "output:release" for e in windows)
+        by_turn[turn.turn_id] = [e for e in log if e not in windows]  # the turn's own steps
+        assert [e["kind"] for e in by_turn[turn.turn_id]][:5] == STAGES
+        stages = [e["kind"] for e in log]
+        assert stages.index("turn.assembled") < log.index(windows[0])
+        assert log.index(windows[-1]) < stages.index("turn.completed")
     first_log = by_turn[first.turn_id]
-    assert [(e["kind"], e["detail"]) for e in first_log[4:]] == [
+    assert first_log[2]["detail"] == "input:allow" and first_log[2]["actor"] != ""
+    assert [(e["kind"], e["detail"]) for e in first_log[5:]] == [
         ("feedback.given", "thumbs_down"),
         ("feedback.given", "regenerate"),
     ]
-    assert first_log[-1]["at"] >= first_log[3]["at"] > first_log[0]["at"]
+    assert first_log[-1]["at"] >= first_log[4]["at"] > first_log[0]["at"]
     for event in (e for log in by_turn.values() for e in log):
         assert (event["user"], event["tenant"], event["tag"]) == ("tracy", "acme", event["kind"])
         assert event["topic"] == f"{settings.namespace}.{TOPIC_OF[event['kind']]}"

@@ -18,6 +18,7 @@ from schemas.settings import Settings
 from schemas.topics import (
     DEAD_LETTERS,
     FEEDBACK,
+    SAFETY_VERDICTS,
     TRACES,
     TURNS_ASSEMBLED,
     TURNS_COMPLETED,
@@ -98,7 +99,14 @@ EVENTS_TABLE = TableSpec(
     stamp_index=EVENT_COLUMNS.index("at"),
 )
 # every event of a turn, one route: a new event type's topic joins this tuple
-TURN_EVENT_TOPICS = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_ASSEMBLED, TURNS_COMPLETED, FEEDBACK)
+TURN_EVENT_TOPICS = (
+    TURNS_SUBMITTED,
+    TURNS_ENRICHED,
+    TURNS_ASSEMBLED,
+    TURNS_COMPLETED,
+    FEEDBACK,
+    SAFETY_VERDICTS,
+)
 # route name → the topics it reads (one consumer group per route) and the table it fills
 ROUTES: dict[str, tuple[tuple[TopicSpec, ...], TableSpec]] = {
     "turns": ((TURNS_COMPLETED,), TURNS),

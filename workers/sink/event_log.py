@@ -20,6 +20,8 @@ from schemas.codec import encode
 from schemas.events import (
     Event,
     FeedbackGiven,
+    SafetyStage,
+    SafetyVerdict,
     TurnAssembled,
     TurnCompleted,
     TurnEnriched,
@@ -132,12 +134,32 @@ def _feedback(e: FeedbackGiven) -> Facts:
     )
 
 
+# input screening judges the preprocessed text (after enriched, before assembled); output
+# windows fall between assembled and completed; audits after completion
+_SAFETY_STEPS = {SafetyStage.INPUT: 25, SafetyStage.OUTPUT: 45, SafetyStage.AUDIT: 70}
+
+
+def _safety(e: SafetyVerdict) -> Facts:
+    return Facts(
+        e.conversation_id,
+        e.tenant_id,
+        e.user_id,
+        e.at_ms,
+        step=_SAFETY_STEPS[e.stage],
+        actor=e.checker,
+        detail=f"{e.stage}:{e.action}" + (f":{','.join(e.labels)}" if e.labels else ""),
+        error_code=e.error,
+        text_bytes=_utf8(e.text),
+    )
+
+
 _FACTS: dict[type[Event], Callable[[Any], Facts]] = {
     TurnSubmitted: _submitted,
     TurnEnriched: _enriched,
     TurnAssembled: _assembled,
     TurnCompleted: _completed,
     FeedbackGiven: _feedback,
+    SafetyVerdict: _safety,
 }
 
 
