@@ -3,7 +3,7 @@
 -- workers/sink/event_log.py builds the rows). `traces` has one wide row per turn; this is
 -- what happened to it, in order.
 --   kind: the event's type tag (turn.submitted | turn.enriched | turn.assembled |
---         turn.completed | feedback.given | safety.verdict; routing decisions to come)
+--         turn.completed | feedback.given; routing decisions and safety verdicts to come)
 --   ids: turn_id, conversation_id, tenant_id, user_id
 --   at: the event's own time (submitted: accepted at the edge; enriched: submitted +
 --       preprocessing time; assembled: prompt built; completed: last token or error;
