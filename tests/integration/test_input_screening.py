@@ -19,6 +19,7 @@ from schemas.events import (
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt, find_record, records_so_far
 from workers.safety.blacklist import RedisBlacklist
+from workers.safety.blacklist_cli import apply
 from workers.safety.input_gate import blacklist_user
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseStarted
@@ -109,6 +110,23 @@ async def test_a_blacklisted_user_is_refused_and_only_that_user(fake_pipeline):
             served = await other.ask(conv(), "what time is it?")  # same name, another tenant
     finally:
         await blacklist.remove_user(blacklist_user("acme", "mallory"))
+    assert refused.finish_reason == FinishReason.SAFETY
+    assert refused.error is not None and refused.error.code == "input_blocked"
+    assert served.finish_reason == FinishReason.STOP
+
+
+async def test_a_blacklisted_message_is_refused_however_it_is_spaced(fake_pipeline):
+    settings = fake_pipeline.settings
+    redis = fake_pipeline.worker.service.redis
+    blacklist = RedisBlacklist(redis, prefix=RedisNames.for_namespace(settings.namespace).prefix)
+    spam = "Buy cheap followers now at example dot com"
+    await apply(blacklist, "add-text", spam, 600)
+    try:
+        async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+            refused = await client.ask(conv(), "BUY  cheap f0llowers now at example dot com")
+            served = await client.ask(conv(), "Buy cheap tomatoes now")
+    finally:
+        await apply(blacklist, "remove-text", spam, None)
     assert refused.finish_reason == FinishReason.SAFETY
     assert refused.error is not None and refused.error.code == "input_blocked"
     assert served.finish_reason == FinishReason.STOP

@@ -144,7 +144,7 @@ class Outcome:
         return self.stopped == self.item.should_stop
 
 
-def _table(title: str, outcomes: list[Outcome]) -> None:
+def table(title: str, outcomes: list[Outcome]) -> None:
     print(f"\n{title}")
     print(f"  {'category':<14}{'n':>4}{'stopped':>9}{'rate':>8}")
     categories = sorted({o.item.category for o in outcomes})
@@ -154,7 +154,7 @@ def _table(title: str, outcomes: list[Outcome]) -> None:
         print(f"  {category:<14}{len(group):>4}{stopped:>9}{stopped / len(group):>8.1%}")
 
 
-def _wrong(title: str, outcomes: list[Outcome]) -> None:
+def wrong(title: str, outcomes: list[Outcome]) -> None:
     wrong = [o for o in outcomes if not o.correct]
     if not wrong:
         return
@@ -164,11 +164,11 @@ def _wrong(title: str, outcomes: list[Outcome]) -> None:
         print(f"  {o.item.id:<18} [{labels}] {o.item.text[:90]!r}")
 
 
-def _rate(outcomes: list[Outcome]) -> float:
+def rate(outcomes: list[Outcome]) -> float:
     return sum(o.stopped for o in outcomes) / len(outcomes) if outcomes else 0.0
 
 
-def _latency_line(name: str, values: list[float]) -> str:
+def latency_line(name: str, values: list[float]) -> str:
     return (
         f"  {name:<28} p50 {percentile(values, 50):7.3f} ms   p99 {percentile(values, 99):7.3f} ms"
         f"   max {max(values, default=0.0):7.3f} ms   (n={len(values)})"
@@ -208,12 +208,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     attacks = _input_outcomes(screen, sets["attacks"], "attacks")
     benign = _input_outcomes(screen, sets["benign"], "benign")
     outputs = _output_outcomes(check, sets["outputs"], args.window, args.overlap)
-    catch, fp = _rate(attacks), _rate(benign)
+    catch, fp = rate(attacks), rate(benign)
     _print_report(args.set, attacks, benign, outputs)
     if args.bench > 0:
         times = benchmark(screen, [o.item.text for o in attacks + benign], args.bench)
         print(f"\nbenchmark: screening time per turn over {len(times)} turns (no blacklist)")
-        print(_latency_line("InputScreen.assess", times))
+        print(latency_line("InputScreen.assess", times))
         print(f"  mean {sum(times) / len(times):.3f} ms")
 
     ok = catch >= args.min_catch and fp <= args.max_fp
@@ -245,32 +245,32 @@ def _output_outcomes(
     return outcomes
 
 
-def _rate_line(name: str, outcomes: list[Outcome]) -> str:
+def rate_line(name: str, outcomes: list[Outcome]) -> str:
     stopped = sum(o.stopped for o in outcomes)
-    return f"  {name:<19} {_rate(outcomes):6.1%}  ({stopped}/{len(outcomes)})"
+    return f"  {name:<19} {rate(outcomes):6.1%}  ({stopped}/{len(outcomes)})"
 
 
 def _print_report(
     name: str, attacks: list[Outcome], benign: list[Outcome], outputs: list[Outcome]
 ) -> None:
     print(f"\nred-team set {name}")
-    print(_rate_line("input  catch rate", attacks))
-    print(_rate_line("input  false pos.", benign))
-    print(_rate_line("output catch rate", [o for o in outputs if o.item.should_stop]))
-    print(_rate_line("output false pos.", [o for o in outputs if not o.item.should_stop]))
-    _table("input attacks by category", attacks)
-    _table("input benign by category", benign)
-    _table("output snippets by category", outputs)
-    _wrong("missed attacks", attacks)
-    _wrong("benign prompts blocked", benign)
-    _wrong("output snippets judged wrongly", outputs)
+    print(rate_line("input  catch rate", attacks))
+    print(rate_line("input  false pos.", benign))
+    print(rate_line("output catch rate", [o for o in outputs if o.item.should_stop]))
+    print(rate_line("output false pos.", [o for o in outputs if not o.item.should_stop]))
+    table("input attacks by category", attacks)
+    table("input benign by category", benign)
+    table("output snippets by category", outputs)
+    wrong("missed attacks", attacks)
+    wrong("benign prompts blocked", benign)
+    wrong("output snippets judged wrongly", outputs)
     errors = [o for o in [*attacks, *benign, *outputs] if o.error]
     if errors:
         print(f"\nerrors recorded on {len(errors)} items: {errors[0].error}")
     print("\nlatency per item")
     turns = [t for o in attacks + benign for t in o.latencies_ms]
-    print(_latency_line("input screen (per turn)", turns))
-    print(_latency_line("output check (per window)", [t for o in outputs for t in o.latencies_ms]))
+    print(latency_line("input screen (per turn)", turns))
+    print(latency_line("output check (per window)", [t for o in outputs for t in o.latencies_ms]))
 
 
 if __name__ == "__main__":
