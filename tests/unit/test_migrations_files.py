@@ -17,3 +17,16 @@ def test_statement_splitting_ignores_comments_and_semicolons_inside_lines():
         "-- a comment; with a semicolon\nCREATE TABLE {db}.a (s String DEFAULT ';');\nSELECT 1;\n",
     )
     assert m.statements("d") == ["CREATE TABLE d.a (s String DEFAULT ';')", "SELECT 1"]
+
+
+def test_released_migrations_never_change():
+    """An edited migration breaks every database that ran it (and CI's, which persists):
+    the lock file pins each one's checksum; a new migration adds its line."""
+    from pathlib import Path
+
+    lock = Path(__file__).resolve().parents[2] / "infra" / "clickhouse" / "migrations.lock"
+    pinned = dict(
+        line.split() for line in lock.read_text().splitlines() if line and not line.startswith("#")
+    )
+    current = {f"{m.version:04d}": m.checksum for m in load_migrations()}
+    assert current == pinned, "a released migration changed, or a new one is not in the lock"

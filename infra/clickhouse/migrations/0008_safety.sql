@@ -1,3 +1,7 @@
+-- The events log (0007) also keeps every safety verdict: kind 'safety.verdict', detail
+-- '<stage>:<action>[:labels]' (input:block:injection, output:cut:secret_leak), step 25 for the
+-- input screen, 45 for output windows; error_code names a failed check; the payload holds
+-- the refused text as evidence.
 -- Input screening in the trace (workers/safety via the preprocessing worker):
 --   input_safety: allow | block ('' when the turn was not screened: screening off)
 --   safety_labels: what matched (injection, jailbreak, smuggling, profanity, abuse, hate,
