@@ -376,6 +376,19 @@ class OutputWindow(Event, tag="safety.window", kw_only=True):
     sent_at_ms: float
 
 
+class SafetyAlert(Event, tag="safety.alert", kw_only=True):
+    """Something a person should look at (Kafka `safety.alerts`), raised by the audit: a
+    severe category (`kind` category, e.g. S4) or too large a share of unsafe turns lately
+    (`kind` unsafe_rate). `turn_id` is the turn that raised it."""
+
+    kind: str
+    tenant_id: str
+    user_id: str
+    categories: list[str] = []
+    detail: str = ""
+    at_ms: float
+
+
 AnyEvent = (
     TurnSubmitted
     | TurnEnriched
@@ -390,4 +403,5 @@ AnyEvent = (
     | WorkerMetrics
     | SafetyVerdict
     | OutputWindow
+    | SafetyAlert
 )

@@ -254,6 +254,20 @@ class Settings:
         "How long a window waits for its verdict: hold-back then fails closed "
         "(safety_unavailable), optimistic ends the answer unaudited.",
     )
+    audit_model_path: str = _var(
+        "TURNSTREAM_AUDIT_MODEL_PATH",
+        "",
+        "Folder of a Llama Guard model (transformers format) the audit worker loads; empty: "
+        "the audit worker does not start.",
+    )
+    audit_queue: int = _var(
+        "TURNSTREAM_AUDIT_QUEUE", 256, "Traces the audit worker holds waiting for the guard."
+    )
+    audit_drop_policy: str = _var(
+        "TURNSTREAM_AUDIT_DROP_POLICY",
+        "drop_oldest",
+        "When the audit queue is full: drop_oldest (audit the newest) or skip_new.",
+    )
     metrics_interval_ms: float = _var(
         "TURNSTREAM_METRICS_INTERVAL_MS",
         500.0,

@@ -99,6 +99,13 @@ SAFETY_WINDOWS = TopicSpec(
     doc="Windows of streaming answers for the incremental safety check (workers/safety); "
     "verdicts go back over Redis and to safety.verdicts.",
 )
+SAFETY_ALERTS = TopicSpec(
+    name="safety.alerts",
+    partitions=1,
+    key="turn_id",
+    retention_ms=30 * DAY_MS,
+    doc="Alerts raised by the safety audit (severe categories, a surge of unsafe turns).",
+)
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
     partitions=1,
@@ -118,5 +125,6 @@ REGISTRY: tuple[TopicSpec, ...] = (
     WORKERS_METRICS,
     SAFETY_VERDICTS,
     SAFETY_WINDOWS,
+    SAFETY_ALERTS,
     DEAD_LETTERS,
 )

@@ -31,6 +31,7 @@ class AuditJob:
     user_text: str
     assistant_text: str
     completed_at_ms: int
+    conversation_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,94 @@
+"""The audit worker on real Kafka and Redis with a guard model loaded from disk (a tiny one,
+trained in the fixture to answer like Llama Guard): every traced exchange gets an audit
+verdict; repeated unsafe turns put the user on the blacklist the input screen reads, and a
+severe category raises an alert."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from infra.kafka.topics import ensure_topics
+from schemas.channels import RedisNames, redis_client
+from schemas.codec import decode, encode
+from schemas.events import SafetyAction, SafetyAlert, SafetyStage, TraceRecorded
+from schemas.settings import Settings
+from tests.support.factories import completed, submitted
+from tests.support.kafka import records_so_far
+from tests.support.polling import eventually
+from tests.support.tiny_guard import EXAMPLES, build_tiny_guard
+from workers.audit.app import run_auditor
+from workers.audit.policy import BlacklistRule, PolicyConfig
+from workers.safety.blacklist import RedisBlacklist
+from workers.safety.input_gate import blacklist_user
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def guard_path(test_models_dir):
+    return build_tiny_guard(test_models_dir / "tiny-guard-v1")
+
+
+def trace(turn_id: str, user: str, question: str, answer: str) -> TraceRecorded:
+    asked = submitted(turn_id, text=question, user_id=user)
+    return TraceRecorded(
+        turn_id=turn_id, submitted=asked, completed=completed(turn_id, text=answer, user_id=user)
+    )
+
+
+async def test_exchanges_are_audited_and_repeat_offenders_blacklisted(services, guard_path):
+    settings = Settings.from_env(
+        namespace=f"audit-{uuid.uuid4().hex[:6]}", audit_model_path=str(guard_path)
+    )
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    safe_q, safe_a, _ = EXAMPLES[0]
+    bad_q, bad_a, _ = EXAMPLES[1]
+    traces = [
+        trace("t-safe", "ann", safe_q, safe_a),
+        trace("t-bad-1", "bob", bad_q, bad_a),
+        trace("t-bad-2", "bob", bad_q, bad_a),
+    ]
+    policy = PolicyConfig(
+        rules=(BlacklistRule("twice", count=2, window_s=600, ttl_s=600),),
+        alert_categories=frozenset({"S1"}),
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    verdicts_topic = f"{settings.namespace}.safety.verdicts"
+    try:
+        async with run_auditor(settings, policy=policy) as running:
+            for t in traces:
+                await producer.send_and_wait(
+                    f"{settings.namespace}.traces", encode(t), t.submitted.conversation_id.encode()
+                )
+
+            service = running.service
+            await eventually(lambda: service.queue.done >= 3, timeout_s=120)
+            await producer.flush()
+    finally:
+        await producer.stop()
+    records = await records_so_far(settings.kafka_bootstrap, verdicts_topic, bool)
+    verdicts = {v.turn_id: v for v in (decode(r.value) for r in records)}
+    assert all(v.stage == SafetyStage.AUDIT and not v.error for v in verdicts.values())
+    assert verdicts["t-safe"].action == SafetyAction.ALLOW and verdicts["t-safe"].labels == []
+    assert verdicts["t-bad-2"].action == SafetyAction.BLOCK and verdicts["t-bad-2"].labels == ["S1"]
+    assert service.queue.done == 3 and service.queue.dropped == 0
+    assert service.blacklisted == 1 and service.alerts >= 1
+    alerts = await records_so_far(
+        settings.kafka_bootstrap, f"{settings.namespace}.safety.alerts", bool
+    )
+    alert = decode(alerts[0].value)
+    assert isinstance(alert, SafetyAlert) and alert.categories == ["S1"]
+    redis = redis_client(settings.redis_url)
+    try:
+        prefix = RedisNames.for_namespace(settings.namespace).prefix
+        hit = await RedisBlacklist(redis, prefix=prefix).check(blacklist_user("acme", "bob"), None)
+        spared = await RedisBlacklist(redis, prefix=prefix).check(
+            blacklist_user("acme", "ann"), None
+        )
+    finally:
+        await redis.aclose()
+    assert hit.user and not spared.user
