@@ -99,6 +99,38 @@ class _Errors:
         return "; ".join(self.details) or None
 
 
+_ACTIONS = {"input": (Action.ALLOW, Action.BLOCK), "output": (Action.RELEASE, Action.CUT)}
+
+
+def _decide(
+    stage: Literal["input", "output"],
+    config: SafetyConfig,
+    matches: list[RuleMatch],
+    scores: dict[str, float],
+    extra: list[str],
+    *,
+    errors: _Errors,
+    start: float,
+) -> Verdict:
+    """The verdict both screens give: stopped (block / cut) when a stop label fired."""
+    labels = _labels(matches, extra)
+    stopped = tuple(label for label in labels if label in config.stop_labels)
+    passed, refused = (
+        (Action.ALLOW, Action.BLOCK) if stage == "input" else (Action.RELEASE, Action.CUT)
+    )
+    return Verdict(
+        stage=stage,
+        action=refused if stopped else passed,
+        labels=labels,
+        scores=scores,
+        matches=tuple(matches),
+        reason=reason_for(stopped),
+        elapsed_ms=_ms_since(start),
+        error=errors.code,
+        error_detail=errors.detail,
+    )
+
+
 class InputScreen:
     """Screens a user turn: blacklist (one round trip), input rules, hidden payloads and the
     profanity model; `block` when any label in `config.stop_labels` fired."""
@@ -129,7 +161,7 @@ class InputScreen:
             normalized = self._normalize(text)
         except Exception as err:  # a bug on odd input: record it, let the caller decide
             errors.add(err)
-            return self._verdict([], {}, [], errors, start)
+            return _decide("input", self.config, [], {}, [], errors=errors, start=start)
         hit = BlacklistHit()
         if self.blacklist is not None and self.config.blacklist:
             try:
@@ -146,7 +178,7 @@ class InputScreen:
             normalized = self._normalize(text)
         except Exception as err:
             errors.add(err)
-            return self._verdict([], {}, [], errors, start)
+            return _decide("input", self.config, [], {}, [], errors=errors, start=start)
         return self._assess(text, normalized, BlacklistHit(), errors, start)
 
     def _normalize(self, text: str) -> str:
@@ -186,29 +218,7 @@ class InputScreen:
                     extra.append("profanity")
             except Exception as err:
                 errors.add(err)
-        return self._verdict(matches, scores, extra, errors, start)
-
-    def _verdict(
-        self,
-        matches: list[RuleMatch],
-        scores: dict[str, float],
-        extra: list[str],
-        errors: _Errors,
-        start: float,
-    ) -> Verdict:
-        labels = _labels(matches, extra)
-        stopped = tuple(label for label in labels if label in self.config.stop_labels)
-        return Verdict(
-            stage="input",
-            action=Action.BLOCK if stopped else Action.ALLOW,
-            labels=labels,
-            scores=scores,
-            matches=tuple(matches),
-            reason=reason_for(stopped),
-            elapsed_ms=_ms_since(start),
-            error=errors.code,
-            error_detail=errors.detail,
-        )
+        return _decide("input", self.config, matches, scores, extra, errors=errors, start=start)
 
 
 class OutputCheck:
@@ -256,16 +266,4 @@ class OutputCheck:
                     errors.add(err)
         except Exception as err:
             errors.add(err)
-        labels = _labels(matches, extra)
-        stopped = tuple(label for label in labels if label in config.stop_labels)
-        return Verdict(
-            stage="output",
-            action=Action.CUT if stopped else Action.RELEASE,
-            labels=labels,
-            scores=scores,
-            matches=tuple(matches),
-            reason=reason_for(stopped),
-            elapsed_ms=_ms_since(start),
-            error=errors.code,
-            error_detail=errors.detail,
-        )
+        return _decide("output", config, matches, scores, extra, errors=errors, start=start)

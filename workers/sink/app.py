@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from infra.clickhouse.client import DEFAULT_DATABASE, connect
@@ -40,7 +40,7 @@ from workers.sink.rows import (
     turn_row,
     worker_metrics_row,
 )
-from workers.sink.service import ClickHouseSink, TableSpec
+from workers.sink.service import ClickHouseSink, RowOf, TableSpec
 
 CONSUMER_GROUP = "clickhouse-sink"
 
@@ -52,44 +52,33 @@ def route_group(namespace: str, route: str) -> str:
     return f"{namespace}.{group}" if namespace else group
 
 
-def _turn_row(event: Any, now: float) -> tuple | None:
-    return turn_row(event, now_ms=now) if isinstance(event, TurnCompleted) else None
-
-
-def _trace_row(event: Any, now: float) -> tuple | None:
-    return trace_row(event, now_ms=now) if isinstance(event, TraceRecorded) else None
-
-
-def _feedback_row(event: Any, now: float) -> tuple | None:
-    return feedback_row(event, now_ms=now) if isinstance(event, FeedbackGiven) else None
-
-
-def _metrics_row(event: Any, now: float) -> tuple | None:
-    return worker_metrics_row(event, now_ms=now) if isinstance(event, WorkerMetrics) else None
+def _only(kind: type, build: Callable[..., tuple]) -> RowOf:
+    """The row of `kind` events (others on the route's topics are not for this table)."""
+    return lambda event, now: build(event, now_ms=now) if isinstance(event, kind) else None
 
 
 TURNS = TableSpec(
     table=f"{DEFAULT_DATABASE}.turns",
     columns=TURN_COLUMNS,
-    row_of=_turn_row,
+    row_of=_only(TurnCompleted, turn_row),
     stamp_index=TURN_COLUMNS.index("completed_at"),
 )
 TRACE_TABLE = TableSpec(
     table=f"{DEFAULT_DATABASE}.traces",
     columns=TRACE_COLUMNS,
-    row_of=_trace_row,
+    row_of=_only(TraceRecorded, trace_row),
     stamp_index=TRACE_COLUMNS.index("completed_at"),
 )
 FEEDBACK_TABLE = TableSpec(
     table=f"{DEFAULT_DATABASE}.feedback",
     columns=FEEDBACK_COLUMNS,
-    row_of=_feedback_row,
+    row_of=_only(FeedbackGiven, feedback_row),
     stamp_index=FEEDBACK_COLUMNS.index("given_at"),
 )
 METRICS_TABLE = TableSpec(
     table=f"{DEFAULT_DATABASE}.worker_metrics",
     columns=WORKER_METRICS_COLUMNS,
-    row_of=_metrics_row,
+    row_of=_only(WorkerMetrics, worker_metrics_row),
     stamp_index=WORKER_METRICS_COLUMNS.index("at"),
 )
 EVENTS_TABLE = TableSpec(
