@@ -1,8 +1,7 @@
-"""The Redis blacklist against the real local Redis (skipped when Redis is not up)."""
+"""The Redis blacklist against the real local Redis (started by the `services` fixture)."""
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -15,20 +14,9 @@ from workers.safety.screen import InputScreen
 pytestmark = pytest.mark.integration
 
 
-def _redis_up(url: str) -> bool:
-    host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
-async def redis_blacklist(base_settings, session_namespace):
-    if not _redis_up(base_settings.redis_url):
-        pytest.skip("Redis is not running")
-    redis = redis_client(base_settings.redis_url)
+async def redis_blacklist(services, session_namespace):
+    redis = redis_client(services.redis_url)
     prefix = RedisNames.for_namespace(f"{session_namespace}-safety").prefix
     now = [time.time()]
     blacklist = RedisBlacklist(redis, prefix, clock=lambda: now[0])
