@@ -52,6 +52,11 @@ class ErrorInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     retryable: bool = False
 
 
+# The code of a turn whose answer the output safety check cut: its `text` is the canned
+# reply, and the client must retract what it showed (the edge sends `response.retracted`).
+OUTPUT_CUT = "output_cut"
+
+
 class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prompt_tokens: int
     completion_tokens: int
@@ -302,6 +307,9 @@ class TurnCompleted(Event, tag="turn.completed"):
     # from here whatever order the traces job reads its events in)
     screening: Screening | None = None
     output_safety: OutputSafety | None = None  # None: the answer was not checked
+    # True when an inference worker ended the turn, so a `turn.assembled` (prompt context,
+    # preprocessing time) exists and the trace waits for it, in whatever order they come
+    assembled: bool = False
 
 
 class WorkerMetrics(Event, tag="worker.metrics", kw_only=True):

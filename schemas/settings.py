@@ -152,6 +152,11 @@ class Settings:
         900.0,
         "A turn without turn.completed this long after its first event is traced as timed_out.",
     )
+    trace_assembly_grace_s: float = _var(
+        "TURNSTREAM_TRACE_ASSEMBLY_GRACE_S",
+        30.0,
+        "A completed turn's trace waits this long for its turn.assembled, then goes without it.",
+    )
     trace_tick_s: float = _var(
         "TURNSTREAM_TRACE_TICK_S", 10.0, "How often the traces job looks for timed-out turns."
     )
@@ -241,6 +246,11 @@ class Settings:
     )
     safety_window_tokens: int = _var(
         "TURNSTREAM_SAFETY_WINDOW_TOKENS", 50, "Tokens per window of the output safety check."
+    )
+    safety_first_window_tokens: int = _var(
+        "TURNSTREAM_SAFETY_FIRST_WINDOW_TOKENS",
+        12,
+        "Tokens in an answer's first safety window (hold-back shows nothing before its verdict).",
     )
     safety_window_overlap: int = _var(
         "TURNSTREAM_SAFETY_WINDOW_OVERLAP",

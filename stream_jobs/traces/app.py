@@ -8,7 +8,8 @@ recent turn ids, so the sink's deduplication is the second line, not the first.
 Timeouts: faust only lets a table change while one of its partition's events is processed,
 so the job sends itself a tick per partition (topic `traces.ticks`, co-partitioned) every
 `TURNSTREAM_TRACE_TICK_S`; on a tick it closes the partition's turns older than
-`TURNSTREAM_TRACE_TIMEOUT_S` with a `timed_out` trace.
+`TURNSTREAM_TRACE_TIMEOUT_S` with a `timed_out` trace, and the completed turns that waited
+longer than `TURNSTREAM_TRACE_ASSEMBLY_GRACE_S` for their `turn.assembled` without it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from schemas.topics import (
 )
 from stream_jobs.faust_app import make_app
 from stream_jobs.traces.state import (
+    awaiting_assembly,
     decode_pending,
     encode_pending,
     expired,
@@ -61,6 +63,9 @@ class TracesJob:
             "pending", partitions=TURNS_SUBMITTED.partitions, key_type=bytes, value_type=bytes
         )
         self.timeout_ms = settings.trace_timeout_s * 1000
+        self.grace_ms = settings.trace_assembly_grace_s * 1000
+        # completed turns still waiting for their assembly, with when the completion came
+        self.awaiting: dict[int, dict[bytes, float]] = defaultdict(dict)
         self.recent: dict[str, None] = {}
         # Open turns per partition, with when they were first seen: a tick on a partition
         # closes its expired turns (table writes must happen in that partition's events).
@@ -96,12 +101,15 @@ class TracesJob:
         if trace is None:
             self.table[key] = encode_pending(pending)
             self.opened[partition].setdefault(key, now_ms())
+            if awaiting_assembly(pending):
+                self.awaiting[partition].setdefault(key, now_ms())
             return
         await self._emit(trace, key, partition)
 
     async def _close_expired(self, partition: int) -> None:
         now = now_ms()
-        for key in expired(self.opened[partition], now, self.timeout_ms):
+        late = expired(self.awaiting[partition], now, self.grace_ms)
+        for key in dict.fromkeys(late + expired(self.opened[partition], now, self.timeout_ms)):
             trace = timed_out(decode_pending(self.table.get(key)), key.decode(), now)
             if trace is None:
                 log.warning("dropping turn %s: timed out and never submitted", key.decode())
@@ -115,6 +123,7 @@ class TracesJob:
         await self.traces.send(key=conversation, value=encode(trace))
         self.table.pop(key, None)
         self.opened[partition].pop(key, None)
+        self.awaiting[partition].pop(key, None)
         self.recent[trace.turn_id] = None
         if len(self.recent) > RECENT:
             del self.recent[next(iter(self.recent))]
@@ -129,3 +138,5 @@ class TracesJob:
         for key, key_partition in list(recovered.items()):
             if key_partition == partition and key in self.table:
                 self.opened[partition].setdefault(key, now)
+                if awaiting_assembly(decode_pending(self.table[key])):
+                    self.awaiting[partition].setdefault(key, now)

@@ -3,7 +3,10 @@
 A turn's events arrive on four topics (all keyed by conversation, so on one partition):
 submitted, enriched (preprocessing time), assembled (how the prompt was built, without the
 prompt itself), completed. The trace is emitted once both ends are known, whatever order
-they came in; a duplicate of any event changes nothing.
+they came in; a duplicate of any event changes nothing. A turn an inference worker ended
+was assembled first, so its trace also waits for `turn.assembled` (which carries the
+preprocessing time and screening on): the topics are read in no fixed order, and a trace
+emitted early would lose them. `close` ends the wait when that event never comes.
 """
 
 from __future__ import annotations
@@ -53,13 +56,15 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.submitted = pending.submitted or event.submitted
         case TurnAssembled():
             pending.context = event.context
+            pending.preprocess_ms = pending.preprocess_ms or event.preprocess_ms
+            pending.screening = pending.screening or event.screening
             pending.submitted = pending.submitted or event.submitted
         case TurnCompleted():
             pending.completed = event
             pending.screening = event.screening or pending.screening
         case _:
             return None
-    if pending.submitted is None or pending.completed is None:
+    if not ready(pending):
         return None
     return TraceRecorded(
         turn_id=pending.submitted.turn_id,
@@ -71,15 +76,29 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
     )
 
 
+def ready(pending: PendingTrace) -> bool:
+    """Both ends known, and the assembly too when the turn was assembled."""
+    if pending.submitted is None or pending.completed is None:
+        return False
+    return pending.context is not None or not pending.completed.assembled
+
+
+def awaiting_assembly(pending: PendingTrace) -> bool:
+    """Completed and submitted, only the assembly missing: closed after a short grace."""
+    return pending.submitted is not None and pending.completed is not None and not ready(pending)
+
+
 def timed_out(pending: PendingTrace, turn_id: str, now_ms: float) -> TraceRecorded | None:
-    """The trace of a turn whose completion never came (None when not even its submission
-    was seen: there is nothing to record)."""
+    """The trace of a turn closed by the clock: completed but its assembly never came (the
+    trace lacks the prompt context), or never completed (`timed_out`). None when not even
+    its submission was seen: there is nothing to record."""
     if pending.submitted is None:
         return None
     return TraceRecorded(
         turn_id=turn_id,
         submitted=pending.submitted,
-        closed_at_ms=now_ms,
+        completed=pending.completed,
+        closed_at_ms=0.0 if pending.completed is not None else now_ms,
         preprocess_ms=pending.preprocess_ms,
         context=pending.context,
         screening=pending.screening,

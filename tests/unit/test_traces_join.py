@@ -81,3 +81,45 @@ def test_a_turn_without_completion_is_closed_as_timed_out():
     assert trace is not None and trace.completed is None
     row = dict(zip(TRACE_COLUMNS, trace_row(trace, now_ms=1_800_000_060_000.0), strict=True))
     assert (row["status"], row["error_code"], row["e2e_ms"]) == ("timed_out", "timed_out", 60_000.0)
+
+
+def test_an_answered_turn_waits_for_its_assembly_whatever_order_the_topics_are_read_in():
+    """The race seen live: submitted and completed read before enriched and assembled gave a
+    trace without preprocessing time, prompt context or screening."""
+    from stream_jobs.traces.state import awaiting_assembly
+
+    allowed = Screening(action=SafetyAction.ALLOW, elapsed_ms=0.5)
+    context = PromptContext(history_messages=0, dropped_messages=0, prompt_tokens=9)
+    turn = submitted("t8")
+    assembled = TurnAssembled(
+        turn_id="t8",
+        submitted=turn,
+        messages=[],
+        context=context,
+        assembled_at_ms=2.0,
+        preprocess_ms=4.5,
+        screening=allowed,
+    )
+    pending = PendingTrace()
+    assert on_event(pending, turn) is None
+    assert on_event(pending, completed("t8", assembled=True)) is None
+    assert awaiting_assembly(pending)
+    trace = on_event(pending, assembled)  # the enriched event never read: assembly carries it
+    assert trace is not None
+    assert (trace.context, trace.preprocess_ms, trace.screening) == (context, 4.5, allowed)
+
+
+def test_a_completed_turn_whose_assembly_never_comes_is_closed_with_its_completion():
+    from schemas.traces import TRACE_COLUMNS
+    from stream_jobs.traces.state import awaiting_assembly, timed_out
+    from workers.sink.rows import trace_row
+
+    pending = PendingTrace()
+    at = 1_800_000_000_000.0
+    on_event(pending, submitted("t9", submitted_at_ms=at))
+    on_event(pending, completed("t9", assembled=True, completed_at_ms=at + 50))
+    assert awaiting_assembly(pending)
+    trace = timed_out(pending, "t9", at + 40_000)
+    assert trace is not None and trace.completed is not None and trace.context is None
+    row = dict(zip(TRACE_COLUMNS, trace_row(trace, now_ms=at + 40_000), strict=True))
+    assert (row["status"], row["e2e_ms"]) == ("completed", 3)

@@ -80,4 +80,5 @@ class TurnProgress:
             worker_id=worker_id,
             completed_at_ms=now_ms,
             error=error,
+            assembled=True,
         )
