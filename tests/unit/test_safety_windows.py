@@ -111,3 +111,18 @@ def test_misuse_raises():
         windower.push("x", 1)
     with pytest.raises(RuntimeError):
         windower.finish()
+
+
+def test_a_short_first_window_then_full_ones():
+    windower = Windower(5, 2, first_size=2)
+    words = [f"w{i} " for i in range(9)]
+    windows = [w for word in words for w in windower.push(word, 1)]
+    assert [w.text for w in windows] == ["w0 w1 ", "w0 w1 w2 w3 w4 w5 w6 "]
+    assert [w.tokens for w in windows] == [2, 5]
+    assert [w.new_start for w in windows] == [0, len("w0 w1 ")]
+
+
+@pytest.mark.parametrize("first_size", [0, 6])
+def test_a_first_window_outside_one_to_size_is_refused(first_size):
+    with pytest.raises(ValueError):
+        Windower(5, 2, first_size=first_size)

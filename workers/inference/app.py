@@ -59,6 +59,7 @@ def output_gate_config(settings: Settings) -> GateConfig | None:
         window_tokens=settings.safety_window_tokens,
         overlap_tokens=settings.safety_window_overlap,
         deadline_ms=settings.safety_deadline_ms,
+        first_window_tokens=min(settings.safety_first_window_tokens, settings.safety_window_tokens),
     )
 
 

@@ -44,6 +44,7 @@ class GateConfig:
     window_tokens: int = 50
     overlap_tokens: int = 10
     deadline_ms: float = 2000.0
+    first_window_tokens: int | None = None  # None: as `window_tokens`
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,9 @@ class OutputGate:
         if config.deadline_ms <= 0:
             raise ValueError("deadline_ms must be > 0")
         self.config = config
-        self._windower = Windower(config.window_tokens, config.overlap_tokens)
+        self._windower = Windower(
+            config.window_tokens, config.overlap_tokens, first_size=config.first_window_tokens
+        )
         self._ends: list[int] = []  # end_char of each sent window, by index
         self._pending: dict[int, float] = {}  # sent_ms of windows awaiting a verdict
         self._released: set[int] = set()

@@ -5,7 +5,10 @@ The inference worker pushes each text delta with its token count as it streams; 
 last `overlap` tokens (default 10) of what came before, so a phrase split across two windows
 is seen whole by one of them. Token boundaries are the deltas' boundaries: with one token per
 delta (how engines stream) the overlap is exactly `overlap` tokens; a delta of several tokens
-is kept whole, so the overlap may be a little longer.
+is kept whole, so the overlap may be a little longer. The first window may be shorter
+(`first_size`): with hold-back, nothing shows before the first verdict, so a short first
+window buys a fast first visible text; later windows are the full size, so the number of
+checks (and the classifier's context) per answer stays about the same.
 
 Bounds: a window's new text is at most `max_chars` characters (a huge single token is split
 into several windows) and its overlap at most `max_overlap_chars`, so a window's size and the
@@ -40,14 +43,18 @@ class Windower:
         size: int = 50,
         overlap: int = 10,
         *,
+        first_size: int | None = None,
         max_chars: int = 4096,
         max_overlap_chars: int = 512,
     ) -> None:
         if size < 1 or not 0 <= overlap < size:
             raise ValueError("need size >= 1 and 0 <= overlap < size")
+        if first_size is not None and not 1 <= first_size <= size:
+            raise ValueError("need 1 <= first_size <= size")
         if max_chars < 1 or max_overlap_chars < 0:
             raise ValueError("need max_chars >= 1 and max_overlap_chars >= 0")
         self.size = size
+        self.first_size = size if first_size is None else first_size
         self.overlap = overlap
         self.max_chars = max_chars
         self.max_overlap_chars = max_overlap_chars
@@ -65,6 +72,10 @@ class Windower:
         """Characters pushed so far."""
         return self._end
 
+    def _full(self) -> bool:
+        """The pending text has enough tokens for a window (fewer for the first one)."""
+        return self._pending_tokens >= (self.first_size if self._index == 0 else self.size)
+
     def push(self, text: str, tokens: int = 1) -> list[Window]:
         if self._finished:
             raise RuntimeError("push after finish")
@@ -73,7 +84,7 @@ class Windower:
         windows: list[Window] = []
         if not text:
             self._pending_tokens += tokens
-            if self._pending_tokens >= self.size and self._end > self._pending_start:
+            if self._full() and self._end > self._pending_start:
                 windows.append(self._emit(final=False))
             return windows
         left_tokens, left_chars, offset = tokens, len(text), 0
@@ -87,10 +98,7 @@ class Windower:
             left_chars -= len(chunk)
             offset += len(chunk)
             self._append(chunk, share)
-            if (
-                self._pending_tokens >= self.size
-                or self._end - self._pending_start >= self.max_chars
-            ):
+            if self._full() or self._end - self._pending_start >= self.max_chars:
                 windows.append(self._emit(final=False))
         return windows
 
