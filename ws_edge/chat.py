@@ -19,7 +19,14 @@ from pathlib import Path
 from schemas.settings import Settings
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, TurnRejected, audio_part, image_part
-from ws_edge.messages import ErrorEvent, InputTranscript, Part, ResponseDelta, ResponseDone
+from ws_edge.messages import (
+    ErrorEvent,
+    InputTranscript,
+    Part,
+    ResponseDelta,
+    ResponseDone,
+    ResponseRetracted,
+)
 
 DIM, RESET = "\033[2m", "\033[0m"
 
@@ -75,6 +82,10 @@ async def answer(client: EdgeClient, conversation: str, text: str, parts=()) -> 
             if isinstance(event, InputTranscript):
                 print(f"{DIM}(heard: {event.text}){RESET}\nassistant> ", end="", flush=True)
             elif isinstance(event, ResponseDelta):
+                print(event.text, end="", flush=True)
+            elif isinstance(event, ResponseRetracted):
+                # a terminal cannot unprint: strike what was shown, then the replacement
+                print(f"{DIM}\n[retracted {event.shown_chars} characters: {event.reason}]{RESET}")
                 print(event.text, end="", flush=True)
             elif isinstance(event, ErrorEvent):
                 print(f"\n[error {event.code}: {event.message}]", flush=True)

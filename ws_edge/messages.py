@@ -162,6 +162,16 @@ class ResponseRestarted(ServerEvent, tag="response.restarted"):
     reason: str
 
 
+class ResponseRetracted(ServerEvent, tag="response.retracted"):
+    """The safety check cut the answer: remove every delta shown for this turn and show
+    `text` (the canned reply) instead; `response.done` follows with the same `text`."""
+
+    turn_id: str
+    reason: str  # the error code: output_cut
+    text: str
+    shown_chars: int  # characters of this turn's deltas the client had been sent
+
+
 class ResponseDelta(ServerEvent, tag="response.delta"):
     turn_id: str
     seq: int
@@ -202,6 +212,7 @@ AnyServerEvent = (
     | ResponseStarted
     | ResponseRestarted
     | ResponseDelta
+    | ResponseRetracted
     | ResponseDone
     | FeedbackRecorded
     | ErrorEvent

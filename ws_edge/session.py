@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from schemas.events import (
+    OUTPUT_CUT,
     AnyEvent,
     DecodingParams,
     FeedbackKind,
@@ -59,6 +60,7 @@ from ws_edge.messages import (
     ResponseDelta,
     ResponseDone,
     ResponseRestarted,
+    ResponseRetracted,
     ResponseStarted,
     ServerEvent,
     SessionReady,
@@ -131,6 +133,7 @@ class _Route:
     held: list[AnyEvent] = field(default_factory=list)
     attempt: str | None = None  # the answer being streamed now
     last_seq: int = -1
+    shown_chars: int = 0  # characters of the current attempt's deltas sent to the client
 
 
 class _Envelope(msgspec.Struct):
@@ -271,10 +274,18 @@ class Session:
                 if event.seq <= route.last_seq:
                     return actions  # a relay retry delivered it twice
                 route.last_seq = event.seq
+                route.shown_chars += len(event.text)
                 return [*actions, Send(ResponseDelta(event.turn_id, event.seq, event.text))]
             case TurnCompleted():
                 del self._routes[event.turn_id]
+                retract: list[Action] = []
+                if event.error is not None and event.error.code == OUTPUT_CUT:
+                    retracted = ResponseRetracted(
+                        event.turn_id, OUTPUT_CUT, event.text, route.shown_chars
+                    )
+                    retract.append(Send(retracted))
                 return [
+                    *retract,
                     Send(
                         ResponseDone(
                             turn_id=event.turn_id,
@@ -285,7 +296,7 @@ class Session:
                             model=event.model,
                             error=event.error,
                         )
-                    )
+                    ),
                 ]
         return []
 
@@ -299,6 +310,7 @@ class Session:
             actions.append(Send(ResponseRestarted(turn_id, "worker_failover")))
         route.attempt = attempt
         route.last_seq = -1
+        route.shown_chars = 0
         return actions
 
     # ---- state -------------------------------------------------------------------------------

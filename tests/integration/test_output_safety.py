@@ -19,7 +19,7 @@ from tests.support.kafka import assembled_prompt, find_record
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
-from ws_edge.messages import ResponseDelta, ResponseDone
+from ws_edge.messages import ResponseDelta, ResponseDone, ResponseRetracted
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +55,12 @@ async def answer(client: EdgeClient, conversation: str, text: str):
     deltas = [e.text for e in events if isinstance(e, ResponseDelta)]
     done = events[-1]
     assert isinstance(done, ResponseDone)
+    retracted = [e for e in events if isinstance(e, ResponseRetracted)]
+    if done.error is not None and done.error.code == "output_cut":  # retract, then done
+        assert retracted == [events[-2]] and retracted[0].text == done.text
+        assert retracted[0].shown_chars == len("".join(deltas))
+    else:
+        assert retracted == []
     return turn_id, "".join(deltas), done
 
 

@@ -346,3 +346,42 @@ def test_feedback_names_the_principal_for_the_shell_to_check():
     err = only_error(session.receive(frame(type="feedback", turn_id="t1", kind="meh")))
     assert err.code == "invalid_message"
     assert only_error(make_session().receive(frame(type="feedback", turn_id="t", kind="stop")))
+
+
+def test_a_cut_answer_is_retracted_before_it_is_done():
+    from schemas.events import ErrorInfo, FinishReason
+    from ws_edge.messages import ResponseDone, ResponseRetracted
+
+    session = authed()
+    turn_id = _submit(session)
+    session.submit_succeeded(turn_id)
+    session.relay(TurnStarted(turn_id=turn_id, worker_id="w1", model="m", attempt="a1"))
+    for seq, text in enumerate(["Sure, ", "here is "]):
+        session.relay(
+            TokenChunk(turn_id=turn_id, seq=seq, text=text, emitted_at_ms=1, attempt="a1")
+        )
+    cut = completed(
+        turn_id,
+        finish_reason=FinishReason.SAFETY,
+        text="I can't help with that.",
+        error=ErrorInfo("output_cut", "the answer broke the content policy"),
+    )
+    retracted, done = session.relay(cut)
+    assert retracted.event == ResponseRetracted(
+        turn_id, "output_cut", "I can't help with that.", len("Sure, here is ")
+    )
+    assert isinstance(done.event, ResponseDone) and done.event.text == "I can't help with that."
+
+
+def test_an_answer_that_was_not_cut_is_not_retracted():
+    from schemas.events import ErrorInfo, FinishReason
+    from ws_edge.messages import ResponseDone
+
+    session = authed()
+    turn_id = _submit(session)
+    session.submit_succeeded(turn_id)
+    blocked = completed(
+        turn_id, finish_reason=FinishReason.SAFETY, text="", error=ErrorInfo("input_blocked", "no")
+    )
+    [done] = session.relay(blocked)
+    assert isinstance(done.event, ResponseDone)

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from schemas.events import ErrorInfo, FinishReason, OutputSafety
+from schemas.events import OUTPUT_CUT, ErrorInfo, FinishReason, OutputSafety
 from workers.safety.output_gate import GateStep, OutputGate
 from workers.safety.verdict import Action, reason_for
 from workers.safety.windows import Window
@@ -82,7 +82,7 @@ class OutputGuard:
             await self._send_window(window)
         if step.cut is not None:
             reason = reason_for(tuple(self._cut_labels)) or CUT_REPLY
-            error = ErrorInfo("output_cut", reason, retryable=False)
+            error = ErrorInfo(OUTPUT_CUT, reason, retryable=False)
             self._end(SafetyStop(FinishReason.SAFETY, error, replacement=reason))
         elif step.failed is not None:
             message = "the safety check did not answer in time; the answer was withheld"
