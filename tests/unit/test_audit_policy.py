@@ -87,3 +87,17 @@ def test_default_config_blacklists_repeat_violent_crime() -> None:
     p.observe("a", "u", True, ("S1",), 0)
     out = p.observe("a", "u", True, ("S1",), S)
     assert [d.rule for d in out if isinstance(d, BlacklistDecision)] == ["repeat_severe"]
+
+
+def test_per_user_state_is_bounded_and_forgets_the_least_recently_flagged() -> None:
+    rule = BlacklistRule("r", count=2, window_s=600, ttl_s=60)
+    p = AuditPolicy(PolicyConfig(rules=(rule,), rate_min_samples=10_000, max_users=2))
+    assert p.observe("a", "old", True, ("S1",), 0) == []
+    p.observe("a", "x", True, ("S1",), S)
+    p.observe("a", "y", True, ("S1",), 2 * S)  # "old" is forgotten, not "x"
+    assert p.tracked_users == 2
+    assert p.observe("a", "old", True, ("S1",), 3 * S) == []  # its first hit was forgotten
+    assert len(p.observe("a", "y", True, ("S1",), 4 * S)) == 1  # "y" was kept
+    for i in range(1000):
+        p.observe("a", f"u{i}", True, ("S1",), 5 * S)
+    assert p.tracked_users == 2

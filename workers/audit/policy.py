@@ -8,6 +8,9 @@ requested TTL runs. Alerts are raised for any turn in an `alert_categories` code
 default, one is enough), and when the unsafe share of the last `rate_window` audited turns
 exceeds `rate_threshold` (with a cooldown so an incident raises one alert, not hundreds).
 
+Memory is bounded: per-user state exists only for users with unsafe turns, and at most
+`max_users` of them are kept (the least recently flagged is forgotten first).
+
 Results the guard failed on never reach here: the caller records the error instead, so a
 crashing model cannot blacklist anyone. Time is passed in (`at_ms`), so replays are exact.
 """
@@ -40,6 +43,7 @@ class PolicyConfig:
     rate_min_samples: int = 50
     rate_threshold: float = 0.2
     rate_cooldown_s: float = 600
+    max_users: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +108,11 @@ class AuditPolicy:
     def _user_decisions(
         self, tenant: str, user_id: str, categories: tuple[str, ...], at_ms: int
     ) -> list[Decision]:
-        state = self._users.setdefault((tenant, user_id), _UserState())
+        key = (tenant, user_id)
+        state = self._users.pop(key, None) or _UserState()
+        self._users[key] = state  # most recently flagged last
+        while len(self._users) > self.config.max_users:
+            del self._users[next(iter(self._users))]
         state.unsafe.append((at_ms, frozenset(categories)))
         while state.unsafe and state.unsafe[0][0] < at_ms - self._horizon_ms:
             state.unsafe.popleft()
@@ -126,6 +134,10 @@ class AuditPolicy:
                 BlacklistDecision(tenant, user_id, rule.ttl_s, rule.name, tuple(seen), at_ms)
             )
         return out
+
+    @property
+    def tracked_users(self) -> int:
+        return len(self._users)
 
     def _rate_alert(self, tenant: str, user_id: str, at_ms: int) -> AlertDecision | None:
         cfg = self.config

@@ -8,8 +8,10 @@ Each result is a `safety.verdict` (stage `audit`: allow, or block with the S-cat
 on Kafka, where the events log and the trace views pick it up; the `AuditPolicy` turns
 repeated unsafe turns into blacklist entries (the input screen refuses those users next
 time) and raises alerts (Kafka `safety.alerts`, logged, counted). A turn the guard fails
-on is recorded with its error, never retried, never blocking the rest. Queued turns are
-audited at most once: the queue is not persisted (a restart loses what was waiting).
+on is recorded with its error, never retried, never blocking the rest. A turn the full
+queue drops is recorded too (error `audit_dropped`), so a trace is never silently
+unaudited. Queued turns are audited at most once: the queue is not persisted (a restart
+loses what was waiting; the `traces` topic keeps them for a replay).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from workers.safety.input_gate import blacklist_user
 log = logging.getLogger("turnstream.audit")
 
 IDLE_S = 0.05
+AUDIT_DROPPED = "audit_dropped"  # the error of a turn the full queue dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class AuditService:
         dropped = self.queue.offer(job)
         if dropped is not None:
             log.warning("audit queue full: turn %s not audited", dropped.turn_id)
+            await self._send_verdict(dropped, GuardResult(safe=True, error=AUDIT_DROPPED), 0.0)
 
     async def fail(self, event: AnyEvent, reason: str) -> None:
         log.error("could not queue %s for audit: %s", getattr(event, "turn_id", "?"), reason)
@@ -104,6 +108,21 @@ class AuditService:
             await self._record(job, result, lag)
 
     async def _record(self, job: AuditJob, result: GuardResult, lag_ms: float) -> None:
+        await self._send_verdict(job, result, lag_ms)
+        if result.error is not None:
+            log.warning("turn %s not audited: %s", job.turn_id, result.error)
+            return
+        unsafe = not result.safe
+        decisions = self.policy.observe(
+            job.tenant, job.user_id, unsafe, result.categories, int(self.clock_ms())
+        )
+        for decision in decisions:
+            if isinstance(decision, BlacklistDecision):
+                await self._blacklist(decision)
+            elif isinstance(decision, AlertDecision):
+                await self._alert(decision, job.turn_id)
+
+    async def _send_verdict(self, job: AuditJob, result: GuardResult, lag_ms: float) -> None:
         unsafe = result.error is None and not result.safe
         verdict = SafetyVerdict(
             turn_id=job.turn_id,
@@ -121,17 +140,6 @@ class AuditService:
         await self.producer.send(
             self.config.verdicts_topic, encode(verdict), key=job.turn_id.encode()
         )
-        if result.error is not None:
-            log.warning("turn %s not audited: %s", job.turn_id, result.error)
-            return
-        decisions = self.policy.observe(
-            job.tenant, job.user_id, unsafe, result.categories, int(self.clock_ms())
-        )
-        for decision in decisions:
-            if isinstance(decision, BlacklistDecision):
-                await self._blacklist(decision)
-            elif isinstance(decision, AlertDecision):
-                await self._alert(decision, job.turn_id)
 
     async def _blacklist(self, decision: BlacklistDecision) -> None:
         user = blacklist_user(decision.tenant, decision.user_id)
