@@ -48,6 +48,11 @@ class RedisNames:
         """What the assistant knows about a user (plain text, set by the product)."""
         return f"{self.prefix}:profile:{tenant_id}:{user_id}"
 
+    def worker_states_key(self, pool: str) -> str:
+        """Hash of a pool's inference workers' latest states (field: worker id), which the
+        router reads to pick a worker."""
+        return f"{self.prefix}:pool:{pool}:workers"
+
     def owner_key(self, tenant_id: str, conversation_id: str) -> str:
         """Which user of the tenant owns a conversation: nobody else may add turns to it."""
         return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:owner"

@@ -140,6 +140,13 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     decoding: DecodingParams = DecodingParams()
     client: str = ""
     media: list[MediaRef] = []
+    # admission: the tenant's tier (from the server's registry, never the client), the
+    # priority engines serve it with (higher first) and whether overload admitted it with
+    # less than its tier's due (a smaller pool, fewer max tokens: `pool` names the pool)
+    tier: str = ""
+    priority: int = 0
+    degraded: bool = False
+    pool: str = ""  # set when admission fixed the pool (degraded turns); else the router picks
 
 
 class SafetyStage(enum.StrEnum):
@@ -190,6 +197,26 @@ class PromptContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     profile: bool = False
 
 
+class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where a turn was sent and why (goes into the trace): the semantic router's pool,
+    intent and reason, whether retrieval ran, then the worker picked in that pool (by
+    `strategy`; empty `worker_id` and partition -1: Kafka's key hashing), the prompt
+    characters that worker served recently (its prefix cache, approximately) and its score."""
+
+    pool: str
+    intent: str = ""
+    reason: str = ""
+    retrieval: bool = False
+    strategy: str = ""
+    worker_id: str = ""
+    partition: int = -1
+    pick_reason: str = ""
+    prefix_chars: int = 0
+    score: float = 0.0
+    cache_hit: bool = False  # the semantic cache answered (no engine)
+    cache_similarity: float = 0.0
+
+
 class TurnAssembled(Event, tag="turn.assembled"):
     """A turn ready for an engine (Kafka `turns.assembled`, keyed by conversation): the full
     prompt (persona, profile, retrieved context, history, `<image_N>` placeholders, query).
@@ -203,6 +230,7 @@ class TurnAssembled(Event, tag="turn.assembled"):
     preprocess_ms: float = 0.0
     error: ErrorInfo | None = None
     screening: Screening | None = None  # the input screen's decision, on to the completion
+    route: Route | None = None  # None: assembled before routing existed
 
 
 class TraceRecorded(Event, tag="trace.recorded"):
@@ -216,6 +244,7 @@ class TraceRecorded(Event, tag="trace.recorded"):
     preprocess_ms: float = 0.0
     context: PromptContext | None = None
     screening: Screening | None = None
+    route: Route | None = None
 
 
 class FeedbackKind(enum.StrEnum):

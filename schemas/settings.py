@@ -20,6 +20,9 @@ def _var(env: str, default: Any, doc: str) -> Any:
     return field(default=default, metadata={"env": env, "doc": doc})
 
 
+DEV_TENANT_REGISTRY = str(Path(__file__).resolve().parents[1] / "infra" / "tenants.dev.json")
+
+
 def default_state_dir() -> str:
     return str(Path.home() / ".turnstream")
 
@@ -147,6 +150,40 @@ class Settings:
         600.0,
         "A turn unanswered this long stops holding back its conversation's next turns.",
     )
+    # --- routing ----------------------------------------------------------------------------
+    pools: str = _var(
+        "TURNSTREAM_POOLS",
+        "chat,reasoning",
+        "Inference pools the router may send to (comma-separated; the first is the default). "
+        "Each has its topic inference.<pool>.",
+    )
+    routing_strategy: str = _var(
+        "TURNSTREAM_ROUTING_STRATEGY",
+        "router",
+        "How a worker is picked in a pool: router (prefix cache, KV cache and queue aware), "
+        "round_robin, random, key_hash (Kafka's partitioner; the last three are baselines).",
+    )
+    router_rules_path: str = _var(
+        "TURNSTREAM_ROUTER_RULES",
+        "",
+        "JSON rules of the semantic router (empty: the bundled router_rules.json).",
+    )
+    router_classifier: bool = _var(
+        "TURNSTREAM_ROUTER_CLASSIFIER",
+        True,
+        "Let the semantic router's MiniLM classifier decide when no rule fires.",
+    )
+    worker_state_interval_ms: float = _var(
+        "TURNSTREAM_WORKER_STATE_INTERVAL_MS",
+        250.0,
+        "How often an inference worker writes its state (load, partitions, prefix summary) "
+        "to Redis for the router (0: never; the router then falls back to key hashing).",
+    )
+    worker_state_ttl_ms: float = _var(
+        "TURNSTREAM_WORKER_STATE_TTL_MS",
+        2000.0,
+        "A worker whose state is older than this is not routed to.",
+    )
     trace_timeout_s: float = _var(
         "TURNSTREAM_TRACE_TIMEOUT_S",
         900.0,
@@ -178,6 +215,11 @@ class Settings:
         "Model folder for vLLM (empty: the converted bundled SmolLM2 under TURNSTREAM_HOME).",
     )
     model_name: str = _var("TURNSTREAM_MODEL_NAME", "smollm2-135m-instruct", "Served model name.")
+    pool: str = _var(
+        "TURNSTREAM_POOL",
+        "chat",
+        "The inference pool this worker serves (one of TURNSTREAM_POOLS).",
+    )
     dtype: str = _var("TURNSTREAM_DTYPE", "float32", "Weights dtype (fp32 avoids bf16 loops).")
     kv_cache_bytes: int = _var(
         "TURNSTREAM_KV_CACHE_BYTES", 512 * 1024 * 1024, "KV cache budget of the engine."
@@ -287,6 +329,27 @@ class Settings:
     fake_token_interval_ms: float = _var(
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS", 20.0, "Fake engine: time between tokens."
     )
+    tenant_registry_path: str = _var(
+        "TURNSTREAM_TENANT_REGISTRY",
+        DEV_TENANT_REGISTRY,
+        "JSON file: tenant -> tier (free, plus, enterprise) and limit overrides (format in "
+        "ws_edge/tiers.py); tenants it does not list are free. The default is the bundled dev "
+        "registry (infra/tenants.dev.json): use your own outside dev.",
+    )
+    rate_limit_fail_open: bool = _var(
+        "TURNSTREAM_RATE_LIMIT_FAIL_OPEN",
+        False,
+        "When the rate limiter's Redis does not answer: admit without limits (true) or refuse "
+        "with store_unavailable (false).",
+    )
+    rate_limit_timeout_s: float = _var(
+        "TURNSTREAM_RATE_LIMIT_TIMEOUT_S",
+        1.0,
+        "Longest wait for one rate-limit check; longer counts as Redis down.",
+    )
+    overload_retry_after_ms: int = _var(
+        "TURNSTREAM_OVERLOAD_RETRY_AFTER_MS", 2000, "Retry hint sent with an overloaded refusal."
+    )
     fetch_max_wait_ms: int = _var(
         "TURNSTREAM_FETCH_MAX_WAIT_MS",
         100,
@@ -311,6 +374,13 @@ class Settings:
     @property
     def state_path(self) -> Path:
         return Path(self.state_dir)
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        names = tuple(p.strip() for p in self.pools.split(",") if p.strip())
+        if not names:
+            raise SettingsError("TURNSTREAM_POOLS names no pool")
+        return names
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -114,6 +114,22 @@ DEAD_LETTERS = TopicSpec(
     doc="Messages a consumer could not decode or handle, with the reason in headers; replayable.",
 )
 
+DEFAULT_POOLS = ("chat", "reasoning")
+POOL_PARTITIONS = 16  # up to this many workers per pool, each owning partitions of its own
+
+
+def pool_topic(pool: str) -> TopicSpec:
+    """The work queue of one inference pool: the router writes each assembled turn to the
+    partition of the worker it chose (a worker owns the partitions Kafka assigns it)."""
+    return TopicSpec(
+        name=f"inference.{pool}",
+        partitions=POOL_PARTITIONS,
+        key="conversation_id, at the chosen worker's partition",
+        retention_ms=DAY_MS,
+        doc=f"Assembled turns for the {pool!r} pool, at the partition of the chosen worker.",
+    )
+
+
 REGISTRY: tuple[TopicSpec, ...] = (
     TURNS_SUBMITTED,
     TURNS_ENRICHED,
@@ -127,4 +143,11 @@ REGISTRY: tuple[TopicSpec, ...] = (
     SAFETY_WINDOWS,
     SAFETY_ALERTS,
     DEAD_LETTERS,
+    *(pool_topic(pool) for pool in DEFAULT_POOLS),
 )
+
+
+def all_topics(pools: tuple[str, ...] = DEFAULT_POOLS) -> tuple[TopicSpec, ...]:
+    """The registry plus the topics of any configured pool beyond the default ones."""
+    extra = tuple(pool_topic(p) for p in pools if p not in DEFAULT_POOLS)
+    return REGISTRY + extra

@@ -14,7 +14,14 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from schemas.events import MediaKind, PromptContext, Screening, TurnCompleted, TurnSubmitted
+from schemas.events import (
+    MediaKind,
+    PromptContext,
+    Route,
+    Screening,
+    TurnCompleted,
+    TurnSubmitted,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,16 @@ class TraceRow:
     status: str  # completed | timed_out
     model: str
     worker_id: str
+    pool: str
+    intent: str
+    route_reason: str
+    routing_strategy: str
+    routed_worker: str
+    prefix_chars: int
+    tier: str
+    degraded: int
+    cache_hit: int
+    cache_similarity: float
     has_text: int
     image_count: int
     audio_count: int
@@ -88,6 +105,7 @@ def build_trace(
     closed_at_ms: float | None = None,
     prices: Prices | None = None,
     screening: Screening | None = None,
+    route: Route | None = None,
 ) -> TraceRow:
     """The trace of a turn from what is known about it (`preprocess_ms` from its
     `turn.enriched`, `context` from its `turn.assembled`). Without `completed`, the turn is
@@ -120,6 +138,16 @@ def build_trace(
         status=status,
         model=model,
         worker_id=worker,
+        pool=route.pool if route else submitted.pool,
+        intent=route.intent if route else "",
+        route_reason=route.reason if route else "",
+        routing_strategy=route.strategy if route else "",
+        routed_worker=route.worker_id if route else "",
+        prefix_chars=route.prefix_chars if route else 0,
+        tier=submitted.tier,
+        degraded=int(submitted.degraded),
+        cache_hit=int(route.cache_hit) if route else 0,
+        cache_similarity=route.cache_similarity if route else 0.0,
         has_text=int(bool(submitted.text.strip())),
         image_count=sum(1 for m in media if m.kind == MediaKind.IMAGE),
         audio_count=sum(1 for m in media if m.kind == MediaKind.AUDIO),

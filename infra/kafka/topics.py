@@ -13,7 +13,7 @@ import logging
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 
 from schemas.settings import Settings
-from schemas.topics import REGISTRY, TopicSpec
+from schemas.topics import REGISTRY, TopicSpec, all_topics
 
 log = logging.getLogger("turnstream.topics")
 
@@ -64,8 +64,9 @@ def main() -> None:
     parser.add_argument("--namespace", default=settings.namespace)
     parser.add_argument("--bootstrap", default=settings.kafka_bootstrap)
     args = parser.parse_args()
-    created = asyncio.run(ensure_topics(args.bootstrap, args.namespace))
-    for spec in REGISTRY:
+    specs = all_topics(settings.pool_names)
+    created = asyncio.run(ensure_topics(args.bootstrap, args.namespace, specs))
+    for spec in specs:
         name = spec.full_name(args.namespace)
         state = "created" if name in created else "present"
         print(f"  {name:32} partitions={spec.partitions:<3} {state}")

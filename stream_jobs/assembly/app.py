@@ -1,5 +1,10 @@
 """The assembly job: faust agent over `turns.enriched` + `turns.completed`, one table.
 
+Each assembled turn is routed (`routing`: a pool by meaning, a worker of that pool by its
+load and prefix cache) and written twice: to the chosen pool's topic `inference.<pool>`, at
+the chosen worker's partition (the work), and to `turns.assembled` (the record every turn
+leaves, which traces and replays read).
+
 Both topics are keyed by conversation and have the same partition count, so one agent sees a
 conversation's turns and completions in order on one partition, and the table row of that
 conversation lives with them (its changelog partition is the events' partition). Processing
@@ -9,6 +14,7 @@ is at-least-once: a redelivered event finds its effect in the table and is not a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -19,12 +25,27 @@ from redis.exceptions import RedisError
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
-from schemas.events import ErrorInfo, PromptContext, TurnAssembled, TurnCompleted, TurnEnriched
+from schemas.events import (
+    ErrorInfo,
+    PromptContext,
+    Route,
+    TurnAssembled,
+    TurnCompleted,
+    TurnEnriched,
+)
 from schemas.ids import now_ms
 from schemas.settings import Settings
-from schemas.topics import DEAD_LETTERS, TURNS_ASSEMBLED, TURNS_COMPLETED, TURNS_ENRICHED
+from schemas.topics import (
+    DEAD_LETTERS,
+    TURNS_ASSEMBLED,
+    TURNS_COMPLETED,
+    TURNS_ENRICHED,
+    pool_topic,
+)
+from stream_jobs.assembly.endpoint_picker import EndpointPicker
 from stream_jobs.assembly.prompt import Passage, assemble, with_image_placeholders
 from stream_jobs.assembly.retrieval import Retriever
+from stream_jobs.assembly.routing import Intent, IntentRouter, Routing
 from stream_jobs.assembly.state import (
     ConversationState,
     Decision,
@@ -36,6 +57,7 @@ from stream_jobs.assembly.state import (
     on_stale,
 )
 from stream_jobs.assembly.tokens import TokenCounter
+from stream_jobs.assembly.worker_board import WorkerBoard
 from stream_jobs.faust_app import make_app
 
 log = logging.getLogger("turnstream.assembly")
@@ -79,6 +101,7 @@ class AssemblyJob:
         *,
         count_tokens: TokenCounter,
         retriever: Retriever | None,
+        intents: IntentRouter | None = None,
     ) -> None:
         ns = settings.namespace
         self.app = app
@@ -90,6 +113,18 @@ class AssemblyJob:
         self._redis: Redis | None = None
         self.source = app.topic(TURNS_ENRICHED.full_name(ns), TURNS_COMPLETED.full_name(ns))
         self.assembled = app.topic(TURNS_ASSEMBLED.full_name(ns))
+        pools = settings.pool_names
+        self.pool_topics = {pool: app.topic(pool_topic(pool).full_name(ns)) for pool in pools}
+        board = None
+        if settings.worker_state_interval_ms > 0:
+            board = WorkerBoard(lambda: self.redis, self.names, clock_ms=now_ms)
+        self.routing = Routing(
+            pools=pools,
+            intents=intents,
+            board=board,
+            picker=EndpointPicker(settings.routing_strategy, ttl_ms=settings.worker_state_ttl_ms),
+            clock_ms=now_ms,
+        )
         self.deadletters = app.topic(DEAD_LETTERS.full_name(ns))
         # bytes → raw changelog serializers (faust's json default cannot read our rows back)
         self.table = app.Table(
@@ -164,8 +199,10 @@ class AssemblyJob:
     async def _emit(self, turn: TurnEnriched, state: ConversationState) -> None:
         submitted = turn.submitted
         query = _query(turn)
+        intent = await self._intent(turn, state)
         profile, passages = await asyncio.gather(
-            self._profile(submitted.tenant_id, submitted.user_id), self._retrieve(turn.text)
+            self._profile(submitted.tenant_id, submitted.user_id),
+            self._retrieve(turn.text) if intent.retrieval else _nothing(),
         )
         answer_room = min(submitted.decoding.max_tokens, self.config.max_model_len // 2)
         messages, context = assemble(
@@ -180,6 +217,7 @@ class AssemblyJob:
         state.turns += 1
         if context.dropped_messages:
             state.truncated_turns += 1
+        key = submitted.conversation_id.encode()
         assembled = TurnAssembled(
             turn_id=turn.turn_id,
             submitted=submitted,
@@ -189,8 +227,21 @@ class AssemblyJob:
             images=turn.images,
             preprocess_ms=turn.preprocess_ms,
             screening=turn.screening,
+            route=await self.routing.place(intent, messages, key),
         )
         await self._send(assembled)
+
+    async def _intent(self, turn: TurnEnriched, state: ConversationState) -> Intent:
+        decide = functools.partial(
+            self.routing.intent,
+            turn.text,
+            has_images=bool(turn.images),
+            history_turns=state.turns,
+            forced_pool=turn.submitted.pool,
+        )
+        if self.routing.intents is None:
+            return decide()
+        return await asyncio.to_thread(decide)
 
     async def _refuse(self, turn: TurnEnriched, error: ErrorInfo) -> None:
         """Refusals travel the same way (inference ends the turn without generating)."""
@@ -202,12 +253,19 @@ class AssemblyJob:
             context=context,
             assembled_at_ms=now_ms(),
             error=error,
+            route=Route(pool=self.routing.default_pool, reason="refused: closed by any worker"),
         )
         await self._send(refused)
 
     async def _send(self, assembled: TurnAssembled) -> None:
+        """To the pool's topic at the picked worker's partition, and to the record."""
         key = assembled.submitted.conversation_id.encode()
-        await self.assembled.send(key=key, value=encode(assembled))
+        value = encode(assembled)
+        route = assembled.route
+        assert route is not None
+        partition = route.partition if route.partition >= 0 else None
+        await self.pool_topics[route.pool].send(key=key, value=value, partition=partition)
+        await self.assembled.send(key=key, value=value)
 
     async def _profile(self, tenant_id: str, user_id: str) -> str:
         try:
@@ -231,6 +289,10 @@ class AssemblyJob:
             "error": str(err)[:500].encode(),
         }
         await self.deadletters.send(key=topic.encode(), value=payload, headers=headers)
+
+
+async def _nothing() -> list[Passage]:
+    return []
 
 
 def _key(tenant_id: str, conversation_id: str) -> bytes:

@@ -16,6 +16,7 @@ import msgspec
 from schemas.events import (
     AnyEvent,
     PromptContext,
+    Route,
     Screening,
     TraceRecorded,
     TurnAssembled,
@@ -31,6 +32,7 @@ class PendingTrace(msgspec.Struct, forbid_unknown_fields=True):
     preprocess_ms: float = 0.0
     context: PromptContext | None = None
     screening: Screening | None = None
+    route: Route | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -56,6 +58,7 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.submitted = pending.submitted or event.submitted
         case TurnAssembled():
             pending.context = event.context
+            pending.route = event.route
             pending.preprocess_ms = pending.preprocess_ms or event.preprocess_ms
             pending.screening = pending.screening or event.screening
             pending.submitted = pending.submitted or event.submitted
@@ -73,6 +76,7 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
         preprocess_ms=pending.preprocess_ms,
         context=pending.context,
         screening=pending.screening,
+        route=pending.route,
     )
 
 
@@ -102,6 +106,7 @@ def timed_out(pending: PendingTrace, turn_id: str, now_ms: float) -> TraceRecord
         preprocess_ms=pending.preprocess_ms,
         context=pending.context,
         screening=pending.screening,
+        route=pending.route,
     )
 
 

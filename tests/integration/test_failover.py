@@ -12,7 +12,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from infra.kafka.topics import ensure_topics
 from schemas.settings import Settings
-from schemas.topics import TURNS_SUBMITTED
+from schemas.topics import POOL_PARTITIONS
 from tests.support.kafka import completions_of
 from tests.support.stack import Pipeline, running_assembly
 from workers.inference.app import RunningWorker, run_worker
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 def conversation_owned_by(worker: RunningWorker) -> str:
     """A conversation id whose partition this worker holds right now."""
     owned = {tp.partition for tp in worker.loop.consumer.assignment()}
-    partitions = list(range(TURNS_SUBMITTED.partitions))
+    partitions = list(range(POOL_PARTITIONS))
     while True:
         candidate = f"c-{uuid.uuid4().hex[:10]}"
         if DefaultPartitioner()(candidate.encode(), partitions, partitions) in owned:
@@ -38,7 +38,7 @@ def conversation_owned_by(worker: RunningWorker) -> str:
 
 def _settled(workers: tuple[RunningWorker, ...]) -> bool:
     sizes = [len(w.loop.consumer.assignment()) for w in workers]
-    return all(sizes) and sum(sizes) == TURNS_SUBMITTED.partitions
+    return all(sizes) and sum(sizes) == POOL_PARTITIONS
 
 
 async def wait_for_assignment(*workers: RunningWorker) -> None:
@@ -49,7 +49,9 @@ async def wait_for_assignment(*workers: RunningWorker) -> None:
 
 
 async def test_a_turn_survives_its_worker_dying_mid_answer(services, session_namespace):
-    settings = Settings.from_env(namespace=f"{session_namespace}-failover", edge_port=0)
+    settings = Settings.from_env(
+        namespace=f"{session_namespace}-failover", edge_port=0, routing_strategy="key_hash"
+    )
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     survivor_engine = FakeEngine(token_interval_s=0.005)
     async with (
@@ -93,7 +95,7 @@ async def test_a_turn_survives_its_worker_dying_mid_answer(services, session_nam
 
 
 def conversations_on_every_partition() -> list[str]:
-    partitions = list(range(TURNS_SUBMITTED.partitions))
+    partitions = list(range(POOL_PARTITIONS))
     found: dict[int, str] = {}
     while len(found) < len(partitions):
         candidate = f"c-{uuid.uuid4().hex[:10]}"
@@ -106,7 +108,12 @@ def conversations_on_every_partition() -> list[str]:
 async def test_a_rebalance_lets_in_flight_turns_finish_instead_of_answering_twice(
     services, session_namespace
 ):
-    settings = Settings.from_env(namespace=f"{session_namespace}-rebalance", edge_port=0)
+    settings = Settings.from_env(
+        namespace=f"{session_namespace}-rebalance",
+        edge_port=0,
+        routing_strategy="key_hash",
+        max_turns_in_flight_per_session=POOL_PARTITIONS,
+    )
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     newcomer_engine = FakeEngine(token_interval_s=0.005)
     conversations = conversations_on_every_partition()  # whichever move, one has a turn

@@ -26,7 +26,7 @@ from schemas.events import (
 )
 from schemas.ids import now_ms
 from schemas.settings import Settings
-from schemas.topics import TURNS_ASSEMBLED, WORKERS_METRICS
+from schemas.topics import WORKERS_METRICS, pool_topic
 from tests.support.chdb import run_in_engine
 from tests.support.factories import new_conversation_id, submitted
 from tests.support.polling import eventually
@@ -157,7 +157,7 @@ async def test_worker_metrics_reach_clickhouse_and_the_minutely_view(services, t
             for i, text in enumerate(["first question", "second question"]):
                 turn = assembled(f"m-{uuid.uuid4().hex[:8]}-{i}", conversation, text)
                 await producer.send_and_wait(
-                    TURNS_ASSEMBLED.full_name(settings.namespace),
+                    pool_topic(settings.pool).full_name(settings.namespace),
                     encode(turn),
                     conversation.encode(),
                 )
@@ -187,7 +187,7 @@ async def test_worker_metrics_reach_clickhouse_and_the_minutely_view(services, t
         await producer.stop()
         await reader.consumer.stop()
     [worker_id] = {e.worker_id for e in events}
-    assert {e.model for e in events} == {"fake-echo"} and {e.pool for e in events} == {"inference"}
+    assert {e.model for e in events} == {"fake-echo"} and {e.pool for e in events} == {"chat"}
     # every token counted once across the samples' intervals, no interval overlapping
     assert sum(e.prompt_tokens for e in events) == engine.prompt_tokens > 0
 

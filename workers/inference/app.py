@@ -8,13 +8,14 @@ from collections.abc import AsyncIterator
 
 from schemas.ids import now_ms
 from schemas.settings import Settings
-from schemas.topics import SAFETY_WINDOWS, TURNS_ASSEMBLED, WORKERS_METRICS
+from schemas.topics import SAFETY_WINDOWS, WORKERS_METRICS, pool_topic
 from workers.inference.engine import Engine
 from workers.inference.image_budget import ImageBudget
 from workers.inference.image_cache import ImageCache
 from workers.inference.metrics import MetricsPublisher
 from workers.inference.pixels import PixelLoader
 from workers.inference.service import InferenceService, ServiceConfig
+from workers.inference.state_board import StateBoard
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
 from workers.safety.output_gate import GateConfig, Policy
@@ -66,7 +67,7 @@ def output_gate_config(settings: Settings) -> GateConfig | None:
 @contextlib.asynccontextmanager
 async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[RunningWorker]:
     """Start the worker's tasks; on exit drain in-flight turns and close every client."""
-    clients = WorkerClients.build(settings, CONSUMER_GROUP, TURNS_ASSEMBLED)
+    clients = WorkerClients.build(settings, CONSUMER_GROUP, pool_topic(settings.pool))
     service = InferenceService(
         engine=engine,
         redis=clients.redis,
@@ -99,10 +100,26 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
             producer=clients.producer,
             topic=clients.topic(WORKERS_METRICS),
             worker_id=clients.worker_id,
-            pool=CONSUMER_GROUP,
+            pool=settings.pool,
             interval_s=settings.metrics_interval_ms / 1000,
             clock_ms=now_ms,
         )
         background["metrics"] = metrics.run()
+    if settings.worker_state_interval_ms > 0:
+        board = StateBoard(
+            redis=clients.redis,
+            key=clients.names.worker_states_key(settings.pool),
+            service=service,
+            engine=engine,
+            consumer=clients.consumer,
+            topic=clients.input_topic,
+            worker_id=clients.worker_id,
+            pool=settings.pool,
+            capacity=settings.max_inflight_turns,
+            interval_s=settings.worker_state_interval_ms / 1000,
+            ttl_s=settings.worker_state_ttl_ms / 1000,
+            clock_ms=now_ms,
+        )
+        background["state"] = board.run()
     async with clients.run(service, loop, **background) as running:
         yield running

@@ -26,6 +26,7 @@ class GenerationRequest:
     decoding: DecodingParams
     images: Sequence[ImageInput] = ()
     pixels: Sequence[Any] = ()
+    priority: int = 0  # the tenant tier's: higher is scheduled first when the engine queues
 
 
 @dataclass(frozen=True, slots=True)

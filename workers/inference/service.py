@@ -43,6 +43,7 @@ from schemas.events import (
     TurnStarted,
     TurnSubmitted,
 )
+from schemas.prefix import PrefixMemory, estimated_tokens, message_chain
 from workers.inference.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.image_budget import Grant, ImageBudget
@@ -97,6 +98,13 @@ class InferenceService:
         self._guards: dict[str, OutputGuard] = {}  # turns streaming under the safety check
         self._safety_stops: dict[str, SafetyStop] = {}  # turns the safety check stopped
         self.gauges = TurnGauges()  # queue depth and turns held, for the worker's metrics
+        self.prefixes = PrefixMemory()  # prompts served lately: the router's cache hint
+        self._prefilling: dict[str, int] = {}  # turn -> prompt tokens (estimated) before output
+
+    @property
+    def prefilling_tokens(self) -> int:
+        """Prompt tokens (estimated) of the turns handed to the engine without output yet."""
+        return sum(self._prefilling.values())
 
     # ---- entry points --------------------------------------------------------------------
     async def handle(self, event: AnyEvent) -> None:
@@ -182,6 +190,7 @@ class InferenceService:
                 messages=assembled.messages,
                 decoding=turn.decoding,
                 images=assembled.images,
+                priority=turn.priority,
             )
             progress.started_at_ms = self.clock_ms()
             self.relay.publish(
@@ -331,10 +340,13 @@ class InferenceService:
         grant = await self.image_budget.acquire(len(request.images))
         if ticket is not None:
             ticket.started()  # leaves the worker's queue: the engine has it now
+        self.prefixes.remember(message_chain(request.messages))
+        self._prefilling[request.request_id] = estimated_tokens(request.messages)
         try:
             await self._stream(request, progress, channel, grant, guard)
         finally:
             grant.release()
+            self._prefilling.pop(request.request_id, None)
         if guard is not None:  # the last window is judged before the answer ends
             await guard.finish()
             await guard.wait_settled()
@@ -349,6 +361,7 @@ class InferenceService:
     ) -> None:
         async for delta in _aiter(self.engine.stream(request)):
             grant.release()  # the first output: its prefill (and image encoding) is done
+            self._prefilling.pop(request.request_id, None)
             now = self.clock_ms()
             if progress.add(delta, now):
                 if guard is not None:  # shown when (and as) the safety check allows

@@ -138,6 +138,7 @@ class VllmEngine:
             dtype=options.dtype,
             enforce_eager=options.enforce_eager,
             enable_prefix_caching=True,
+            scheduling_policy="priority",  # higher tiers first when requests queue
             kv_cache_memory_bytes=options.kv_cache_bytes,
             max_model_len=options.max_model_len,
             max_num_seqs=options.max_num_seqs,
@@ -215,7 +216,11 @@ class VllmEngine:
         if self._llm is None:
             raise EngineError("engine is closed", code="engine_closed")
         try:
-            async for out in self._llm.generate(prompt, params, request.request_id):
+            # vLLM serves the lowest value first; ours is the other way round
+            stream = self._llm.generate(
+                prompt, params, request.request_id, priority=-request.priority
+            )
+            async for out in stream:
                 completion = out.outputs[0]
                 reason = None
                 if out.finished:

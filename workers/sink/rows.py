@@ -95,6 +95,7 @@ def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = No
         closed_at_ms=event.closed_at_ms,
         prices=prices,
         screening=event.screening,
+        route=event.route,
     ).values()
 
 

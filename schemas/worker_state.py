@@ -1,0 +1,67 @@
+"""An inference worker's state as the router reads it (Redis hash
+`RedisNames.worker_states_key(pool)`, field = worker id), written every
+TURNSTREAM_WORKER_STATE_INTERVAL_MS.
+
+Unlike `WorkerMetrics` (Kafka, for history and dashboards) this is only the latest value,
+and it says which partitions of the pool's topic the worker owns right now (so the router
+can reach it through Kafka) and which prompt prefixes it served recently (its prefix cache,
+approximately: `schemas.prefix`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+from redis.asyncio import Redis
+
+log = logging.getLogger("turnstream.worker_state")
+
+
+class WorkerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    worker_id: str
+    pool: str
+    at_ms: float
+    partitions: list[int]  # of topic inference.<pool>, assigned to this worker by its group
+    capacity: int  # turns it takes at once (TURNSTREAM_MAX_INFLIGHT_TURNS)
+    running: int = 0  # requests in the engine's decode batch
+    waiting: int = 0  # requests the engine has not scheduled yet
+    queue_depth: int = 0  # turns taken from Kafka, not yet handed to the engine
+    in_flight: int = 0  # turns held (queued, generating or being recorded)
+    kv_cache_usage: float = 0.0  # 0..1
+    prefilling_tokens: int = 0  # prompt tokens being prefilled now (a large prefill stalls)
+    prefixes: list[int] = []  # chain ends of recently served prompts (schemas.prefix)
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(WorkerState)
+
+
+def encode_state(state: WorkerState) -> bytes:
+    return _encoder.encode(state)
+
+
+def decode_state(raw: bytes) -> WorkerState:
+    """Raises msgspec.DecodeError/ValidationError on a malformed entry (callers skip it)."""
+    return _decoder.decode(raw)
+
+
+async def read_states(redis: Redis, key: str, *, timeout_s: float = 0.2) -> list[WorkerState]:
+    """Every decodable entry of a pool's board (an entry that does not decode, from a worker
+    of another version or half-written, is skipped). Redis errors and timeouts propagate:
+    the caller decides what an unreadable board means."""
+    async with asyncio.timeout(timeout_s):
+        raw = await redis.hgetall(key)
+    states = []
+    for worker, value in raw.items():
+        try:
+            states.append(decode_state(value))
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            log.warning("skipping the state of worker %r: %s", worker, err)
+    return states
+
+
+def fresh(states: list[WorkerState], now_ms: float, ttl_ms: float) -> list[WorkerState]:
+    """The states a router may act on: recent, and owning at least one partition."""
+    return [s for s in states if now_ms - s.at_ms <= ttl_ms and s.partitions]

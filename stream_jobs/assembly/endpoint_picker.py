@@ -1,0 +1,155 @@
+"""Picking the inference worker of a pool for one turn, from the workers' published states
+(pure: states, the prompt's prefix chain and the clock come in; a `Pick` goes out).
+
+`router` (the default) scores each fresh worker: the prefill it would save (the prompt's
+longest prefix the worker served recently, `schemas.prefix`), minus its load (turns held
+against its capacity, the engine's queue, KV cache in use, a large prefill in progress).
+A saturated worker gets no credit for its prefix: a cache hit behind a long queue is slower
+than a miss on an idle worker. Turns sent since a worker's last state are counted as its
+load too, so a burst between two state updates does not all land on one worker.
+`round_robin`, `random` and `key_hash` (Kafka's own partitioner on the conversation key:
+what a plain consumer group gives) are kept as baselines for the benchmark.
+
+A worker is reached through a partition of the pool's topic that its consumer group
+assigned to it; after a rebalance the state says so within one update, and a turn sent to
+a partition that changed hands meanwhile is still served, by its new owner.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from schemas.prefix import matched_chars
+from schemas.worker_state import WorkerState, fresh
+
+
+class Strategy(StrEnum):
+    ROUTER = "router"
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+    KEY_HASH = "key_hash"
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    prefix: float = 2.0  # score of a full saved prefill (`prefix_tokens` or more)
+    prefix_tokens: int = 512  # a saved prefix this long earns the full prefix score
+    load: float = 1.0  # per unit of turns held / capacity
+    queue: float = 1.0  # per unit of (engine waiting + worker queue) / capacity
+    kv: float = 0.5  # per unit of KV cache in use
+    prefill: float = 0.3  # a prefill of `prefill_tokens` or more in progress
+    prefill_tokens: int = 2048
+    saturated_kv: float = 0.9  # at or above: saturated
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    worker_id: str  # "" when no worker state was usable (key hash)
+    partition: int | None  # None: let Kafka's partitioner place it by key
+    strategy: str
+    reason: str
+    prefix_chars: int = 0  # of the prompt the chosen worker served recently
+    score: float = 0.0
+
+
+CHARS_PER_TOKEN = 4.0  # a rough English average: only the size of the saved prefill matters
+
+
+class EndpointPicker:
+    def __init__(
+        self,
+        strategy: Strategy | str = Strategy.ROUTER,
+        *,
+        ttl_ms: float = 2000.0,
+        weights: Weights | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.strategy = Strategy(strategy)
+        self.ttl_ms = ttl_ms
+        self.weights = weights or Weights()
+        self.rng = rng or random.Random()
+        self._turn = 0  # round robin position
+        self._sent: dict[str, list[float]] = {}  # worker -> when turns were sent to it
+
+    def pick(
+        self,
+        states: Sequence[WorkerState],
+        *,
+        key: bytes,
+        chain: Sequence[int] = (),
+        lengths: Sequence[int] = (),
+        now_ms: float,
+    ) -> Pick:
+        usable = sorted(fresh(list(states), now_ms, self.ttl_ms), key=lambda s: s.worker_id)
+        if self.strategy == Strategy.KEY_HASH or not usable:
+            why = "key hash" if usable else "no fresh worker state: key hash"
+            return Pick("", None, str(self.strategy), why)
+        if self.strategy == Strategy.ROUND_ROBIN:
+            chosen = usable[self._turn % len(usable)]
+            self._turn += 1
+            pick = Pick(chosen.worker_id, None, "round_robin", "round robin")
+        elif self.strategy == Strategy.RANDOM:
+            chosen = self.rng.choice(usable)
+            pick = Pick(chosen.worker_id, None, "random", "random")
+        else:
+            chosen, pick = self._best(usable, chain, lengths, now_ms)
+        self._note_sent(chosen.worker_id, now_ms)
+        partition = chosen.partitions[zlib.crc32(key) % len(chosen.partitions)]
+        return Pick(
+            pick.worker_id, partition, pick.strategy, pick.reason, pick.prefix_chars, pick.score
+        )
+
+    def _best(
+        self,
+        usable: list[WorkerState],
+        chain: Sequence[int],
+        lengths: Sequence[int],
+        now_ms: float,
+    ) -> tuple[WorkerState, Pick]:
+        best: tuple[float, float, WorkerState, int, bool, float] | None = None
+        for state in usable:
+            pending = self._pending(state)
+            matched = matched_chars(chain, lengths, state.prefixes) if chain else 0
+            score, load, saturated = self.score(state, pending, matched)
+            # ties: the less loaded, then the first by id (deterministic)
+            candidate = (score, -load, state, matched, saturated, load)
+            if best is None or candidate[:2] > best[:2]:
+                best = candidate
+        assert best is not None
+        score, _, chosen, matched, saturated, load = best
+        if matched and not saturated:
+            reason = f"prefix {matched} chars cached, load {load:.2f}"
+        elif saturated:
+            reason = f"every choice saturated: least bad, load {load:.2f}"
+        else:
+            reason = f"least loaded, load {load:.2f}"
+        return chosen, Pick(chosen.worker_id, None, "router", reason, matched, round(score, 4))
+
+    def score(
+        self, state: WorkerState, pending: int, matched_chars: int
+    ) -> tuple[float, float, bool]:
+        """(score, load, saturated) of sending one more turn to `state`'s worker."""
+        w = self.weights
+        capacity = max(1, state.capacity)
+        held = state.in_flight + pending
+        load = held / capacity
+        queue = (state.waiting + state.queue_depth) / capacity
+        saturated = state.kv_cache_usage >= w.saturated_kv or held >= capacity
+        saved = min(1.0, matched_chars / CHARS_PER_TOKEN / w.prefix_tokens)
+        prefix = 0.0 if saturated else w.prefix * saved
+        prefill = w.prefill * min(1.0, state.prefilling_tokens / w.prefill_tokens)
+        score = prefix - w.load * load - w.queue * queue - w.kv * state.kv_cache_usage - prefill
+        return score, load, saturated
+
+    def _pending(self, state: WorkerState) -> int:
+        """Turns sent to the worker after its state was taken (not in its counts yet)."""
+        return sum(1 for at in self._sent.get(state.worker_id, ()) if at > state.at_ms)
+
+    def _note_sent(self, worker_id: str, now_ms: float) -> None:
+        recent = [at for at in self._sent.get(worker_id, ()) if now_ms - at <= self.ttl_ms]
+        recent.append(now_ms)
+        self._sent[worker_id] = recent

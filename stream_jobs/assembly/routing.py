@@ -1,0 +1,108 @@
+"""Routing one assembled turn: the semantic router names a pool (by what the turn asks),
+then the endpoint picker names a worker of that pool (by the workers' state).
+
+The semantic decision comes first because it also decides whether retrieval runs. The
+pool it names must be configured (TURNSTREAM_POOLS); otherwise the turn goes to the default
+pool and the reason says so. A pool with no live worker on the board (none started, all
+crashed) hands its turns to the default pool rather than leaving them unanswered. Without
+an intent router every turn goes to the default pool with retrieval on (the behaviour
+before routing existed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from schemas.events import Message, Route
+from schemas.prefix import message_chain, prefix_lengths
+from schemas.worker_state import WorkerState, fresh
+from stream_jobs.assembly.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.worker_board import WorkerBoard
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    pool: str
+    intent: str
+    retrieval: bool
+    reason: str
+    score: float = 1.0
+
+
+class IntentRouter(Protocol):
+    def decide(self, text: str, *, has_images: bool = False, history_turns: int = 0) -> Intent:
+        """Blocking (it may embed the text): callers run it in a thread."""
+
+
+class Routing:
+    def __init__(
+        self,
+        *,
+        pools: tuple[str, ...],
+        intents: IntentRouter | None,
+        board: WorkerBoard | None,
+        picker: EndpointPicker,
+        clock_ms: Callable[[], float],
+    ) -> None:
+        self.pools = pools
+        self.intents = intents
+        self.board = board
+        self.picker = picker
+        self.clock_ms = clock_ms
+
+    @property
+    def default_pool(self) -> str:
+        return self.pools[0]
+
+    def intent(
+        self, text: str, *, has_images: bool, history_turns: int, forced_pool: str = ""
+    ) -> Intent:
+        """The semantic decision (blocking), mapped onto a configured pool. `forced_pool`:
+        admission degraded the turn to that pool under overload; it wins."""
+        if self.intents is None:
+            decided = Intent(self.default_pool, "", True, "no semantic router")
+        else:
+            decided = self.intents.decide(text, has_images=has_images, history_turns=history_turns)
+        if forced_pool and forced_pool in self.pools:
+            reason = f"{decided.reason}; degraded to {forced_pool!r} by admission"
+            return Intent(forced_pool, decided.intent, decided.retrieval, reason, decided.score)
+        if decided.pool in self.pools:
+            return decided
+        reason = f"{decided.reason}; pool {decided.pool!r} not configured"
+        return Intent(self.default_pool, decided.intent, decided.retrieval, reason, decided.score)
+
+    async def place(self, intent: Intent, messages: Sequence[Message], key: bytes) -> Route:
+        """Pick the worker of the intent's pool for a prompt."""
+        states = await self.board.states(intent.pool) if self.board is not None else []
+        if self.board is not None and intent.pool != self.default_pool and not self._live(states):
+            fallback = await self.board.states(self.default_pool)
+            if self._live(fallback):
+                reason = f"{intent.reason}; pool {intent.pool!r} has no live worker"
+                intent = Intent(
+                    self.default_pool, intent.intent, intent.retrieval, reason, intent.score
+                )
+                states = fallback
+        pick = self.picker.pick(
+            states,
+            key=key,
+            chain=message_chain(messages),
+            lengths=prefix_lengths(messages),
+            now_ms=self.clock_ms(),
+        )
+        return Route(
+            pool=intent.pool,
+            intent=intent.intent,
+            reason=intent.reason,
+            retrieval=intent.retrieval,
+            strategy=pick.strategy,
+            worker_id=pick.worker_id,
+            partition=-1 if pick.partition is None else pick.partition,
+            pick_reason=pick.reason,
+            prefix_chars=pick.prefix_chars,
+            score=pick.score,
+        )
+
+    def _live(self, states: list[WorkerState]) -> bool:
+        return bool(fresh(states, self.clock_ms(), self.picker.ttl_ms))

@@ -1,0 +1,73 @@
+"""Routing one turn: the semantic pool, configured pools only, admission's forced pool, and
+the fallback when a pool has no live worker."""
+
+from __future__ import annotations
+
+from schemas.events import Message, Role
+from schemas.worker_state import WorkerState
+from stream_jobs.assembly.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.routing import Intent, Routing
+
+
+class Always:
+    def __init__(self, pool: str) -> None:
+        self.pool = pool
+
+    def decide(self, text: str, *, has_images: bool = False, history_turns: int = 0) -> Intent:
+        return Intent(self.pool, "coding", False, "rule code", 1.0)
+
+
+class Board:
+    """The board's reading, as the Redis one returns it (the logic under test is above it)."""
+
+    def __init__(self, states: dict[str, list[WorkerState]]) -> None:
+        self.states_by_pool = states
+
+    async def states(self, pool: str) -> list[WorkerState]:
+        return self.states_by_pool.get(pool, [])
+
+
+def worker(name: str, pool: str, partition: int) -> WorkerState:
+    return WorkerState(worker_id=name, pool=pool, at_ms=1000, partitions=[partition], capacity=4)
+
+
+def routing(intents, board=None) -> Routing:
+    return Routing(
+        pools=("chat", "reasoning"),
+        intents=intents,
+        board=board,
+        picker=EndpointPicker(ttl_ms=500),
+        clock_ms=lambda: 1100,
+    )
+
+
+def test_the_semantic_pool_and_its_limits():
+    assert routing(Always("reasoning")).intent("x", has_images=False, history_turns=0).pool == (
+        "reasoning"
+    )
+    unknown = routing(Always("vision")).intent("x", has_images=False, history_turns=0)
+    assert unknown.pool == "chat" and "not configured" in unknown.reason
+    forced = routing(Always("reasoning")).intent(
+        "x", has_images=False, history_turns=0, forced_pool="chat"
+    )
+    assert forced.pool == "chat" and "degraded" in forced.reason and forced.intent == "coding"
+    plain = routing(None).intent("x", has_images=False, history_turns=0)
+    assert (plain.pool, plain.retrieval) == ("chat", True)
+
+
+async def test_a_pool_without_live_workers_hands_its_turns_to_the_default_pool():
+    messages = [Message(Role.USER, "prove it")]
+    board = Board({"chat": [worker("c1", "chat", 3)], "reasoning": []})
+    r = routing(Always("reasoning"), board)
+    intent = r.intent("prove it", has_images=False, history_turns=0)
+    route = await r.place(intent, messages, b"conv")
+    assert (route.pool, route.worker_id, route.partition) == ("chat", "c1", 3)
+    assert "no live worker" in route.reason
+    board.states_by_pool["reasoning"] = [worker("r1", "reasoning", 5)]
+    route = await r.place(intent, messages, b"conv")
+    assert (route.pool, route.worker_id, route.partition, route.strategy) == (
+        "reasoning",
+        "r1",
+        5,
+        "router",
+    )
