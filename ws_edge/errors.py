@@ -11,10 +11,16 @@ EdgeError
 ├── ForbiddenConversation   the conversation belongs to someone else  code: forbidden_conversation
 ├── TooManyTurns            per-session open-turn limit             code: too_many_turns (retryable)
 ├── UnknownTurn             cancel of a turn this session does not own  code: unknown_turn
+├── RateLimited             the tenant's request or token bucket is empty
+│                           code: rate_limited (retryable after `retry_after_ms`)
+├── Overloaded              the pools are too busy for this tier right now
+│                           code: overloaded (retryable after `retry_after_ms`)
 ├── BrokerUnavailable       Kafka did not ack the turn; nothing was accepted
 │                           code: broker_unavailable (retryable)
 └── StoreUnavailable        Redis did not answer; nothing was accepted
-                            code: store_unavailable (retryable)
+    │                       code: store_unavailable (retryable)
+    └── RateLimitUnavailable  the rate limiter's Redis did not answer (the caller picks
+                            fail-open or fail-closed)  code: store_unavailable (retryable)
 """
 
 from __future__ import annotations
@@ -84,3 +90,30 @@ class BrokerUnavailable(EdgeError):
 class StoreUnavailable(EdgeError):
     code = "store_unavailable"
     retryable = True
+
+
+class RateLimited(EdgeError):
+    """Refused by a token bucket; `reason` names it ("requests" or "tokens")."""
+
+    code = "rate_limited"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after_ms: int, reason: str) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+        self.reason = reason
+
+
+class Overloaded(EdgeError):
+    """Refused by overload control: the tier's pools are past their reject threshold."""
+
+    code = "overloaded"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class RateLimitUnavailable(StoreUnavailable):
+    """The rate limiter could not reach Redis: nothing was taken from any bucket."""

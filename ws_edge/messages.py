@@ -197,6 +197,7 @@ class ErrorEvent(ServerEvent, tag="error"):
     code: str
     message: str
     retryable: bool = False
+    retry_after_ms: int | None = None  # rate_limited, overloaded: when a retry may succeed
     turn_id: str | None = None
     client_turn_id: str | None = None  # echoes the `turn.create` this error answers
 

@@ -27,6 +27,7 @@ from schemas.events import AnyEvent, FeedbackGiven, TurnCancelled, TurnCompleted
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
 from schemas.topics import FEEDBACK, TURNS_SUBMITTED
+from ws_edge.admission import AdmissionControl
 from ws_edge.conversations import ConversationClaims
 from ws_edge.errors import (
     BrokerUnavailable,
@@ -38,6 +39,8 @@ from ws_edge.errors import (
 from ws_edge.media import MediaLimits
 from ws_edge.messages import FeedbackRecorded, encode_server
 from ws_edge.outbox import Outbox, OutboxOverflow
+from ws_edge.pool_load import PoolLoad
+from ws_edge.rate_limit import RateLimiter
 from ws_edge.relay import RelaySubscriber
 from ws_edge.session import (
     Action,
@@ -50,6 +53,7 @@ from ws_edge.session import (
     SubmitTurn,
     error_event,
 )
+from ws_edge.tiers import TenantRegistry
 
 log = logging.getLogger("turnstream.edge")
 
@@ -86,6 +90,21 @@ class EdgeServer:
         )
         self.feedback_topic = FEEDBACK.full_name(settings.namespace)
         self.blobs = blob_store(settings.blob_store_url, self.redis, self.names)
+        self.admission = AdmissionControl(
+            tenants=TenantRegistry.load(settings.tenant_registry_path),
+            limiter=RateLimiter(
+                self.redis, self.names.prefix, timeout_s=settings.rate_limit_timeout_s
+            ),
+            load=PoolLoad(
+                self.redis,
+                self.names,
+                settings.pool_names,
+                ttl_ms=settings.worker_state_ttl_ms,
+                clock_ms=now_ms,
+            ),
+            fail_open=settings.rate_limit_fail_open,
+            retry_after_ms=settings.overload_retry_after_ms,
+        )
         self._server: Server | None = None
         self._relay_task: asyncio.Task[None] | None = None
 
@@ -207,11 +226,13 @@ class _Connection:
     def _on_relay(self, event: AnyEvent) -> None:
         if isinstance(event, TurnCompleted):
             self.edge.relay.unroute(event.turn_id, self._on_relay)
+            self._spawn(self.edge.admission.charge(event))
         self._apply(self.session.relay(event))
 
     async def _submit(self, action: SubmitTurn) -> None:
         turn = action.turn
         try:
+            turn = await self.edge.admission.admit(turn)
             if not await self.edge.claims.claim(turn.tenant_id, turn.conversation_id, action.owner):
                 raise ForbiddenConversation(
                     f"conversation {turn.conversation_id!r} belongs to another user"

@@ -151,6 +151,7 @@ def error_event(
             code=err.code,
             message=err.message,
             retryable=err.retryable,
+            retry_after_ms=getattr(err, "retry_after_ms", None),
             turn_id=turn_id,
             client_turn_id=client_turn_id or err.client_turn_id,
         )
