@@ -200,6 +200,7 @@ class AssemblyJob:
         submitted = turn.submitted
         query = _query(turn)
         intent = await self._intent(turn, state)
+        state.last_pool, state.last_intent = intent.pool, intent.intent
         profile, passages = await asyncio.gather(
             self._profile(submitted.tenant_id, submitted.user_id),
             self._retrieve(turn.text) if intent.retrieval else _nothing(),
@@ -238,6 +239,9 @@ class AssemblyJob:
             has_images=bool(turn.images),
             history_turns=state.turns,
             forced_pool=turn.submitted.pool,
+            previous=Intent(state.last_pool, state.last_intent, False, "", 1.0)
+            if state.last_pool
+            else None,
         )
         if self.routing.intents is None:
             return decide()

@@ -59,7 +59,7 @@ class EmbeddingRetriever:
         self._model = SentenceTransformer(str(minilm_path()), device="cpu", local_files_only=True)
         self._ids = [p[0] for p in passages]
         self._texts = [p[1] for p in passages]
-        self._vectors = self._embed(self._texts) if passages else np.zeros((0, 384), np.float32)
+        self._vectors = self.embed(self._texts) if passages else np.zeros((0, 384), np.float32)
         self.min_score = min_score
 
     @classmethod
@@ -71,13 +71,13 @@ class EmbeddingRetriever:
         log.info("retrieval: %d passages from %s", len(passages), folder)
         return cls(passages, min_score=min_score)
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> np.ndarray:
         return np.asarray(self._model.encode(texts, normalize_embeddings=True), np.float32)
 
     def search(self, query: str, k: int) -> list[Passage]:
         if not self._ids or k <= 0:
             return []
-        scores = self._vectors @ self._embed([query])[0]
+        scores = self._vectors @ self.embed([query])[0]
         best = np.argsort(-scores)[:k]
         return [
             Passage(self._ids[i], self._texts[i], float(scores[i]))

@@ -12,27 +12,25 @@ before routing existed).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.events import Message, Route
 from schemas.prefix import message_chain, prefix_lengths
 from schemas.worker_state import WorkerState, fresh
 from stream_jobs.assembly.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.semantic_router import RouteDecision as Intent
 from stream_jobs.assembly.worker_board import WorkerBoard
 
 
-@dataclass(frozen=True, slots=True)
-class Intent:
-    pool: str
-    intent: str
-    retrieval: bool
-    reason: str
-    score: float = 1.0
-
-
 class IntentRouter(Protocol):
-    def decide(self, text: str, *, has_images: bool = False, history_turns: int = 0) -> Intent:
+    def decide(
+        self,
+        text: str,
+        *,
+        has_images: bool = False,
+        history_turns: int = 0,
+        previous: Intent | None = None,
+    ) -> Intent:
         """Blocking (it may embed the text): callers run it in a thread."""
 
 
@@ -57,14 +55,23 @@ class Routing:
         return self.pools[0]
 
     def intent(
-        self, text: str, *, has_images: bool, history_turns: int, forced_pool: str = ""
+        self,
+        text: str,
+        *,
+        has_images: bool,
+        history_turns: int,
+        forced_pool: str = "",
+        previous: Intent | None = None,
     ) -> Intent:
         """The semantic decision (blocking), mapped onto a configured pool. `forced_pool`:
-        admission degraded the turn to that pool under overload; it wins."""
+        admission degraded the turn to that pool under overload; it wins. `previous`: the
+        conversation's last decision (a short follow-up stays where it was)."""
         if self.intents is None:
-            decided = Intent(self.default_pool, "", True, "no semantic router")
+            decided = Intent(self.default_pool, "", True, "no semantic router", 1.0)
         else:
-            decided = self.intents.decide(text, has_images=has_images, history_turns=history_turns)
+            decided = self.intents.decide(
+                text, has_images=has_images, history_turns=history_turns, previous=previous
+            )
         if forced_pool and forced_pool in self.pools:
             reason = f"{decided.reason}; degraded to {forced_pool!r} by admission"
             return Intent(forced_pool, decided.intent, decided.retrieval, reason, decided.score)

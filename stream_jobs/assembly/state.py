@@ -34,6 +34,8 @@ class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
     recent: list[str] = []
     turns: int = 0
     truncated_turns: int = 0  # prompts that had to drop history to fit the context
+    last_pool: str = ""  # the semantic router's last decision: a short follow-up stays there
+    last_intent: str = ""
     last_active_ms: float = 0.0
 
 

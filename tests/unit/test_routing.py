@@ -13,8 +13,22 @@ class Always:
     def __init__(self, pool: str) -> None:
         self.pool = pool
 
-    def decide(self, text: str, *, has_images: bool = False, history_turns: int = 0) -> Intent:
+    def decide(
+        self, text: str, *, has_images: bool = False, history_turns: int = 0, previous=None
+    ) -> Intent:
         return Intent(self.pool, "coding", False, "rule code", 1.0)
+
+
+def test_a_short_follow_up_keeps_the_conversation_on_its_pool():
+    from stream_jobs.assembly.semantic_router import RouterConfig, SemanticRouter
+
+    r = routing(SemanticRouter(RouterConfig.default()))
+    first = r.intent(
+        "Prove that the square root of 2 is irrational.", has_images=False, history_turns=0
+    )
+    follow = r.intent("why?", has_images=False, history_turns=1, previous=first)
+    assert first.pool == "reasoning" and follow.pool == "reasoning"
+    assert "follow-up" in follow.reason
 
 
 class Board:
