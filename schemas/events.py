@@ -231,6 +231,7 @@ class TurnAssembled(Event, tag="turn.assembled"):
     error: ErrorInfo | None = None
     screening: Screening | None = None  # the input screen's decision, on to the completion
     route: Route | None = None  # None: assembled before routing existed
+    cached_answer: str = ""  # the semantic cache's answer: streamed as is, no engine
 
 
 class TraceRecorded(Event, tag="trace.recorded"):

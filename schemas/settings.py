@@ -173,6 +173,24 @@ class Settings:
         True,
         "Let the semantic router's MiniLM classifier decide when no rule fires.",
     )
+    cache_enabled: bool = _var(
+        "TURNSTREAM_CACHE_ENABLED",
+        False,
+        "Answer repeated context-free questions from the tenant's semantic cache (answers are "
+        "shared between a tenant's users, hence opt-in).",
+    )
+    cache_threshold: float = _var(
+        "TURNSTREAM_CACHE_THRESHOLD",
+        0.96,
+        "Lowest cosine (MiniLM) for a paraphrase to reuse a cached answer.",
+    )
+    cache_ttl_s: float = _var("TURNSTREAM_CACHE_TTL_S", 86400.0, "How long a cached answer lives.")
+    cache_max_entries: int = _var(
+        "TURNSTREAM_CACHE_MAX_ENTRIES", 10000, "Cached answers per tenant; the oldest go first."
+    )
+    cache_max_query_chars: int = _var(
+        "TURNSTREAM_CACHE_MAX_QUERY_CHARS", 300, "Longer questions are not cached."
+    )
     worker_state_interval_ms: float = _var(
         "TURNSTREAM_WORKER_STATE_INTERVAL_MS",
         250.0,

@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 
 import faust
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -42,10 +43,12 @@ from schemas.topics import (
     TURNS_ENRICHED,
     pool_topic,
 )
+from stream_jobs.assembly.answer_cache import AnswerCache
 from stream_jobs.assembly.endpoint_picker import EndpointPicker
 from stream_jobs.assembly.prompt import Passage, assemble, with_image_placeholders
 from stream_jobs.assembly.retrieval import Retriever
 from stream_jobs.assembly.routing import Intent, IntentRouter, Routing
+from stream_jobs.assembly.semantic_cache import CacheHit
 from stream_jobs.assembly.state import (
     ConversationState,
     Decision,
@@ -102,12 +105,14 @@ class AssemblyJob:
         count_tokens: TokenCounter,
         retriever: Retriever | None,
         intents: IntentRouter | None = None,
+        answers: AnswerCache | None = None,
     ) -> None:
         ns = settings.namespace
         self.app = app
         self.config = AssemblyConfig.from_settings(settings)
         self.count_tokens = count_tokens
         self.retriever = retriever
+        self.answers = answers
         self.names = RedisNames.for_namespace(ns)
         self._redis_url = settings.redis_url
         self._redis: Redis | None = None
@@ -175,9 +180,12 @@ class AssemblyJob:
         if raw is None:
             return  # ended before assembly, in a conversation assembly never saw
         state = decode_state(raw)
-        user_text = ""
+        user_text, cache_query = "", ""
         if state.in_flight is not None and state.in_flight.turn_id == completed.turn_id:
-            user_text = _query(state.in_flight)
+            user_text, cache_query = _query(state.in_flight), state.cache_query
+            state.cache_query = ""
+        if cache_query and self.answers is not None:
+            await self.answers.remember(completed.tenant_id, cache_query, completed)
         decision = on_completed(
             state,
             completed,
@@ -219,6 +227,12 @@ class AssemblyJob:
         if context.dropped_messages:
             state.truncated_turns += 1
         key = submitted.conversation_id.encode()
+        route = await self.routing.place(intent, messages, key)
+        cached = await self._cached(turn, state, profile, passages)
+        if cached is not None:
+            route = msgspec.structs.replace(
+                route, cache_hit=True, cache_similarity=round(cached.score, 4)
+            )
         assembled = TurnAssembled(
             turn_id=turn.turn_id,
             submitted=submitted,
@@ -228,9 +242,28 @@ class AssemblyJob:
             images=turn.images,
             preprocess_ms=turn.preprocess_ms,
             screening=turn.screening,
-            route=await self.routing.place(intent, messages, key),
+            route=route,
+            cached_answer=cached.answer if cached is not None else "",
         )
         await self._send(assembled)
+
+    async def _cached(
+        self, turn: TurnEnriched, state: ConversationState, profile: str, passages: list[Passage]
+    ) -> CacheHit | None:
+        """The cache's answer to a context-free question; on a miss the question is kept so
+        its answer is stored when it ends."""
+        state.cache_query = ""
+        if self.answers is None or not self.answers.eligible(
+            turn,
+            history_messages=len(state.messages),
+            passages=len(passages),
+            profile=bool(profile),
+        ):
+            return None
+        hit = await self.answers.lookup(turn.submitted.tenant_id, turn.text)
+        if hit is None:
+            state.cache_query = turn.text
+        return hit
 
     async def _intent(self, turn: TurnEnriched, state: ConversationState) -> Intent:
         decide = functools.partial(

@@ -36,6 +36,7 @@ class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
     truncated_turns: int = 0  # prompts that had to drop history to fit the context
     last_pool: str = ""  # the semantic router's last decision: a short follow-up stays there
     last_intent: str = ""
+    cache_query: str = ""  # the in-flight turn's question when its answer may be cached
     last_active_ms: float = 0.0
 
 

@@ -50,6 +50,7 @@ from workers.inference.image_budget import Grant, ImageBudget
 from workers.inference.output_guard import OutputGuard, SafetyStop
 from workers.inference.pixels import PixelLoader
 from workers.inference.progress import TurnProgress
+from workers.inference.replay import replay
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
@@ -204,7 +205,9 @@ class InferenceService:
             )
             guard = self._guard(turn, progress, channel)
             generation = asyncio.create_task(
-                self._generate(request, progress, channel, ticket, guard)
+                self._generate(
+                    request, progress, channel, ticket, guard, cached_answer=assembled.cached_answer
+                )
             )
             self._running[turn.turn_id] = generation
             try:
@@ -325,7 +328,20 @@ class InferenceService:
         channel: str,
         ticket: Held | None = None,
         guard: OutputGuard | None = None,
+        *,
+        cached_answer: str = "",
     ):
+        if cached_answer:  # the semantic cache answered: no engine, the same stream
+            if ticket is not None:
+                ticket.started()
+            nothing = await self.image_budget.acquire(0)  # no prefill to budget
+            await self._stream(
+                request, progress, channel, nothing, guard, cached_answer=cached_answer
+            )
+            if guard is not None:
+                await guard.finish()
+                await guard.wait_settled()
+            return
         if request.images:
             if not self.engine.accepts_images:
                 raise EngineError(
@@ -358,8 +374,11 @@ class InferenceService:
         channel: str,
         grant: Grant,
         guard: OutputGuard | None = None,
+        *,
+        cached_answer: str = "",
     ) -> None:
-        async for delta in _aiter(self.engine.stream(request)):
+        source = replay(cached_answer) if cached_answer else self.engine.stream(request)
+        async for delta in _aiter(source):
             grant.release()  # the first output: its prefill (and image encoding) is done
             self._prefilling.pop(request.request_id, None)
             now = self.clock_ms()
