@@ -347,6 +347,16 @@ class Settings:
     fake_token_interval_ms: float = _var(
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS", 20.0, "Fake engine: time between tokens."
     )
+    outbox_max_frames: int = _var(
+        "TURNSTREAM_OUTBOX_MAX_FRAMES",
+        10_000,
+        "Frames a client may fall behind before the edge closes it (1013, slow consumer).",
+    )
+    outbox_max_bytes: int = _var(
+        "TURNSTREAM_OUTBOX_MAX_BYTES",
+        4 * 1024 * 1024,
+        "Bytes of frames a client may fall behind before the edge closes it.",
+    )
     tenant_registry_path: str = _var(
         "TURNSTREAM_TENANT_REGISTRY",
         DEV_TENANT_REGISTRY,

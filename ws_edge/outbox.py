@@ -1,8 +1,9 @@
 """A connection's bounded queue of outgoing frames, drained by one writer task.
 
 Relay events arrive from one shared Redis reader; a slow client must not stall it. Frames
-queue here; a client that falls `limit` frames behind is disconnected with an explicit
-close code (1013, try again later) instead of growing memory without bound.
+queue here; a client that falls `limit` frames or `limit_bytes` bytes behind is disconnected
+with an explicit close code (1013, try again later) instead of growing memory without
+bound (bytes matter: one `response.done` can be a whole answer).
 """
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ class OutboxOverflow(RuntimeError):
 
 
 class Outbox:
-    def __init__(self, limit: int = 10_000) -> None:
+    def __init__(self, limit: int = 10_000, limit_bytes: int = 4 * 1024 * 1024) -> None:
         self._frames: deque[str] = deque()
         self._limit = limit
+        self._limit_bytes = limit_bytes
+        self.queued_bytes = 0
         self._ready = asyncio.Event()
         self.closed = False
 
     def put(self, frame: str) -> None:
         if self.closed:
             return
-        if len(self._frames) >= self._limit:
-            raise OutboxOverflow(f"client is {len(self._frames)} frames behind")
+        if len(self._frames) >= self._limit or self.queued_bytes + len(frame) > self._limit_bytes:
+            raise OutboxOverflow(
+                f"client is {len(self._frames)} frames ({self.queued_bytes} bytes) behind"
+            )
         self._frames.append(frame)
+        self.queued_bytes += len(frame)
         self._ready.set()
 
     async def take_all(self) -> list[str]:
@@ -37,6 +43,7 @@ class Outbox:
             await self._ready.wait()
         frames = list(self._frames)
         self._frames.clear()
+        self.queued_bytes = 0
         return frames
 
     def __len__(self) -> int:

@@ -106,6 +106,7 @@ class EdgeServer:
             retry_after_ms=settings.overload_retry_after_ms,
         )
         self._server: Server | None = None
+        self.slow_clients_closed = 0  # connections closed for falling too far behind
         self._relay_task: asyncio.Task[None] | None = None
 
     @property
@@ -182,7 +183,7 @@ class _Connection:
             clock_ms=now_ms,
             client_info=user_agent[:200],
         )
-        self.outbox = Outbox()
+        self.outbox = Outbox(edge.settings.outbox_max_frames, edge.settings.outbox_max_bytes)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
@@ -211,6 +212,7 @@ class _Connection:
                         self.outbox.put(encode_server(event))
                     except OutboxOverflow as err:
                         log.warning("closing slow client: %s", err)
+                        self.edge.slow_clients_closed += 1
                         self.outbox.closed = True  # later frames are dropped, close once
                         self._spawn(self.websocket.close(CLOSE_TRY_AGAIN_LATER, "slow consumer"))
                 case SubmitTurn():
