@@ -67,24 +67,31 @@ def matched_chars(chain: Sequence[int], lengths: Sequence[int], known: Iterable[
 
 
 class PrefixMemory:
-    """The chain ends of the prompts a worker served recently, most recent last, bounded
-    (an LRU: roughly what a KV cache of that many conversations keeps)."""
+    """The chain ends of the prompts a worker served recently, most recent last, bounded by
+    count and, when the engine says how many tokens its cache holds, by those tokens: an
+    LRU of roughly what the KV cache still keeps (claiming more would send turns to a
+    worker that has long evicted their prefix)."""
 
-    def __init__(self, capacity: int = 512) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be >= 1")
+    def __init__(self, capacity: int = 512, max_tokens: int | None = None) -> None:
+        if capacity < 1 or (max_tokens is not None and max_tokens < 1):
+            raise ValueError("capacity and max_tokens must be >= 1")
         self.capacity = capacity
-        self._entries: OrderedDict[int, None] = OrderedDict()
+        self.max_tokens = max_tokens
+        self._entries: OrderedDict[int, int] = OrderedDict()  # chain end -> prompt tokens
+        self._tokens = 0
 
-    def remember(self, chain: Sequence[int]) -> None:
-        """Record a served prompt by its whole-prompt entry (the conversation's next turn
-        extends exactly this prompt)."""
+    def remember(self, chain: Sequence[int], tokens: int = 0) -> None:
+        """Record a served prompt (of `tokens` tokens) by its whole-prompt entry (the
+        conversation's next turn extends exactly this prompt)."""
         if not chain:
             return
-        self._entries.pop(chain[-1], None)
-        self._entries[chain[-1]] = None
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        self._tokens -= self._entries.pop(chain[-1], 0)
+        self._entries[chain[-1]] = tokens
+        self._tokens += tokens
+        while len(self._entries) > self.capacity or (
+            self.max_tokens is not None and self._tokens > self.max_tokens and len(self) > 1
+        ):
+            self._tokens -= self._entries.popitem(last=False)[1]
 
     def summary(self) -> list[int]:
         return list(self._entries)

@@ -7,6 +7,10 @@ against its capacity, the engine's queue, KV cache in use, a large prefill in pr
 A saturated worker gets no credit for its prefix: a cache hit behind a long queue is slower
 than a miss on an idle worker. Turns sent since a worker's last state are counted as its
 load too, so a burst between two state updates does not all land on one worker.
+A prompt no worker holds a useful prefix of (a new conversation) goes to the worker with the
+smallest working set (the prompts of the conversations sent to it lately, which its cache
+must keep for their next turns), then the least loaded, then at random: placing by
+instantaneous load alone piles idle conversations onto one cache (measured: bench/routing.py).
 `round_robin`, `random` and `key_hash` (Kafka's own partitioner on the conversation key:
 what a plain consumer group gives) are kept as baselines for the benchmark.
 
@@ -44,6 +48,8 @@ class Weights:
     prefill: float = 0.3  # a prefill of `prefill_tokens` or more in progress
     prefill_tokens: int = 2048
     saturated_kv: float = 0.9  # at or above: saturated
+    min_prefix_tokens: int = 64  # a shorter match (a shared system prompt) is no affinity
+    working_set_s: float = 30.0  # a conversation sent lately still needs its cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,8 @@ class EndpointPicker:
         self.rng = rng or random.Random()
         self._turn = 0  # round robin position
         self._sent: dict[str, list[float]] = {}  # worker -> when turns were sent to it
+        # worker -> conversation key -> (when, prompt characters) of its last turn sent there
+        self._placed: dict[str, dict[bytes, tuple[float, int]]] = {}
 
     def pick(
         self,
@@ -98,6 +106,7 @@ class EndpointPicker:
         else:
             chosen, pick = self._best(usable, chain, lengths, now_ms)
         self._note_sent(chosen.worker_id, now_ms)
+        self._note_placed(chosen.worker_id, key, lengths[-1] if lengths else 0, now_ms)
         partition = chosen.partitions[zlib.crc32(key) % len(chosen.partitions)]
         return Pick(
             pick.worker_id, partition, pick.strategy, pick.reason, pick.prefix_chars, pick.score
@@ -110,17 +119,25 @@ class EndpointPicker:
         lengths: Sequence[int],
         now_ms: float,
     ) -> tuple[WorkerState, Pick]:
-        best: tuple[float, float, WorkerState, int, bool, float] | None = None
+        scored = []
         for state in usable:
-            pending = self._pending(state)
             matched = matched_chars(chain, lengths, state.prefixes) if chain else 0
-            score, load, saturated = self.score(state, pending, matched)
-            # ties: the less loaded, then the first by id (deterministic)
-            candidate = (score, -load, state, matched, saturated, load)
-            if best is None or candidate[:2] > best[:2]:
-                best = candidate
-        assert best is not None
-        score, _, chosen, matched, saturated, load = best
+            score, load, saturated = self.score(state, self._pending(state), matched)
+            scored.append((score, load, state, matched, saturated))
+        useful = self.weights.min_prefix_tokens * CHARS_PER_TOKEN
+        open_ = [c for c in scored if not c[4]]
+        if open_ and all(c[3] < useful for c in scored):  # nobody holds it: spread the caches
+            sets = {c[2].worker_id: self._working_set(c[2].worker_id, now_ms) for c in open_}
+            score, load, chosen, matched, _ = min(
+                open_, key=lambda c: (sets[c[2].worker_id], round(c[1], 2), self.rng.random())
+            )
+            reason = f"new prefix: smallest working set ({sets[chosen.worker_id]} chars)"
+            pick = Pick(chosen.worker_id, None, "router", reason, matched, round(score, 4))
+            return chosen, pick
+        # ties: the less loaded, then at random
+        score, load, chosen, matched, saturated = max(
+            scored, key=lambda c: (c[0], -c[1], self.rng.random())
+        )
         if matched and not saturated:
             reason = f"prefix {matched} chars cached, load {load:.2f}"
         elif saturated:
@@ -148,6 +165,20 @@ class EndpointPicker:
     def _pending(self, state: WorkerState) -> int:
         """Turns sent to the worker after its state was taken (not in its counts yet)."""
         return sum(1 for at in self._sent.get(state.worker_id, ()) if at > state.at_ms)
+
+    def _working_set(self, worker_id: str, now_ms: float) -> int:
+        """Prompt characters of the conversations sent to the worker lately."""
+        horizon = now_ms - self.weights.working_set_s * 1000
+        placed = self._placed.get(worker_id, {})
+        for key in [k for k, (at, _) in placed.items() if at < horizon]:
+            del placed[key]
+        return sum(chars for _, chars in placed.values())
+
+    def _note_placed(self, worker_id: str, key: bytes, chars: int, now_ms: float) -> None:
+        for other, placed in self._placed.items():  # a conversation lives in one cache
+            if other != worker_id:
+                placed.pop(key, None)
+        self._placed.setdefault(worker_id, {})[key] = (now_ms, chars)
 
     def _note_sent(self, worker_id: str, now_ms: float) -> None:
         recent = [at for at in self._sent.get(worker_id, ()) if now_ms - at <= self.ttl_ms]

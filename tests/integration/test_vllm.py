@@ -43,6 +43,11 @@ async def test_greedy_decoding_is_deterministic(tiny_engine):
     assert first == second and first
 
 
+async def test_the_engine_says_how_many_tokens_its_cache_holds(tiny_engine):
+    # the worker bounds its prefix memory (the router's hint) by it
+    assert tiny_engine.cache_tokens is not None and tiny_engine.cache_tokens >= 16
+
+
 async def test_prefix_cache_serves_a_repeated_history(tiny_engine):
     [d async for d in tiny_engine.stream(request("the capital of france"))]
     deltas = [d async for d in tiny_engine.stream(request("the capital of italy"))]

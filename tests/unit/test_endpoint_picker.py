@@ -78,13 +78,37 @@ def test_a_saturated_holder_loses_its_prefix_credit():
     assert pick.worker_id == "w2" and pick.partition == 1
 
 
-def test_without_a_prefix_the_least_loaded_wins_and_pending_sends_count():
-    picker = EndpointPicker()
+def test_new_conversations_spread_by_working_set_then_load():
+    picker = EndpointPicker(rng=random.Random(1))
     a, b = state("a", [0], in_flight=1), state("b", [1], in_flight=2)
-    picks = [picker.pick([a, b], key=b"k%d" % i, now_ms=1100 + i).worker_id for i in range(4)]
-    # a takes the first; with it pending, a and b are level (2 each): the tie goes to a
-    # (first by id); then a holds 3 to b's 2, so b; and so on: the burst is spread
-    assert picks == ["a", "a", "b", "a"]
+    picks = []
+    for i in range(4):
+        prompt = [Msg("user", f"document {i}: " + "text " * 400)]
+        pick = picker.pick(
+            [a, b],
+            key=b"conv%d" % i,
+            chain=message_chain(prompt),
+            lengths=prefix_lengths(prompt),
+            now_ms=1100 + i,
+        )
+        picks.append(pick.worker_id)
+        assert "working set" in pick.reason
+    # equal (empty) working sets: the less loaded first; then each goes where fewer live
+    # conversations' prompts must stay cached
+    assert picks == ["a", "b", "a", "b"]
+
+
+def test_turns_sent_since_the_last_state_count_as_load():
+    memory = PrefixMemory()
+    memory.remember(message_chain(FIRST))
+    both = [state(w, [n], prefixes=memory.summary()) for n, w in enumerate(("a", "b"))]
+    picker = EndpointPicker(rng=random.Random(5))
+    chain, lengths = message_chain(SECOND), prefix_lengths(SECOND)
+    first, second = (
+        picker.pick(both, key=b"c%d" % i, chain=chain, lengths=lengths, now_ms=1100 + i)
+        for i in range(2)
+    )
+    assert {first.worker_id, second.worker_id} == {"a", "b"}  # the states are the same age
 
 
 def test_stale_or_partitionless_workers_are_not_routed_to():
@@ -114,3 +138,14 @@ def test_baselines_ignore_the_prefix():
 def test_the_state_round_trips():
     s = state("w", [3, 4], prefixes=[-5, 7], kv_cache_usage=0.5)
     assert decode_state(encode_state(s)) == s
+
+
+def test_prefix_memory_forgets_what_the_engine_cache_cannot_hold():
+    memory = PrefixMemory(max_tokens=1000)
+    chains = [message_chain([Msg("user", f"doc {n}")]) for n in range(3)]
+    for chain in chains:
+        memory.remember(chain, 400)
+    assert memory.summary() == [chains[1][-1], chains[2][-1]]  # 1200 > 1000: the oldest went
+    memory.remember(chains[1], 400)  # used again: most recent now
+    memory.remember(message_chain([Msg("user", "huge")]), 5000)  # alone, it is still kept
+    assert len(memory) == 1

@@ -17,8 +17,8 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 
 import msgspec
 from aiokafka import AIOKafkaProducer
@@ -65,7 +65,12 @@ class ServiceConfig:
     worker_id: str
     max_queued_per_conversation: int = 8
     output_gate: GateConfig | None = None  # None: answers are not checked while streaming
+    # per tier (the turn's, from admission) when it differs from `output_gate`
+    tier_gates: Mapping[str, GateConfig | None] = field(default_factory=dict)
     windows_topic: str = ""  # Kafka safety.windows (when output_gate is set)
+
+    def gate_for(self, tier: str) -> GateConfig | None:
+        return self.tier_gates.get(tier, self.output_gate)
 
 
 class InferenceService:
@@ -99,7 +104,8 @@ class InferenceService:
         self._guards: dict[str, OutputGuard] = {}  # turns streaming under the safety check
         self._safety_stops: dict[str, SafetyStop] = {}  # turns the safety check stopped
         self.gauges = TurnGauges()  # queue depth and turns held, for the worker's metrics
-        self.prefixes = PrefixMemory()  # prompts served lately: the router's cache hint
+        # prompts served lately, as many as the engine's cache holds: the router's hint
+        self.prefixes = PrefixMemory(max_tokens=getattr(engine, "cache_tokens", None))
         self._prefilling: dict[str, int] = {}  # turn -> prompt tokens (estimated) before output
 
     @property
@@ -233,8 +239,9 @@ class InferenceService:
     def _guard(
         self, turn: TurnSubmitted, progress: TurnProgress, channel: str
     ) -> OutputGuard | None:
-        """The safety check of this answer's stream (None when the check is off)."""
-        if self.config.output_gate is None:
+        """The safety check of this answer's stream (None when the check is off for it)."""
+        gate = self.config.gate_for(turn.tier)
+        if gate is None:
             return None
         reply_to = self.names.safety_channel(self.config.worker_id)
 
@@ -275,7 +282,7 @@ class InferenceService:
 
         shown = itertools.count()
         guard = OutputGuard(
-            OutputGate(self.config.output_gate),
+            OutputGate(gate),
             relay=relay,
             send_window=send_window,
             stop=stop,
@@ -356,8 +363,9 @@ class InferenceService:
         grant = await self.image_budget.acquire(len(request.images))
         if ticket is not None:
             ticket.started()  # leaves the worker's queue: the engine has it now
-        self.prefixes.remember(message_chain(request.messages))
-        self._prefilling[request.request_id] = estimated_tokens(request.messages)
+        prompt_tokens = estimated_tokens(request.messages)
+        self.prefixes.remember(message_chain(request.messages), prompt_tokens)
+        self._prefilling[request.request_id] = prompt_tokens
         try:
             await self._stream(request, progress, channel, grant, guard)
         finally:

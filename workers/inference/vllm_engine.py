@@ -149,6 +149,8 @@ class VllmEngine:
         self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(
             args, stat_loggers=[_meter_logger(self._meter)]
         )
+        cache = self._llm.vllm_config.cache_config  # the core reports its blocks at start
+        self.cache_tokens = (cache.num_gpu_blocks or 0) * (cache.block_size or 0) or None
 
     def snapshot(self) -> EngineSnapshot:
         return self._meter.snapshot()
