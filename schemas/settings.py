@@ -297,6 +297,12 @@ class Settings:
         "Profanity-model probability from which a turn's abusive phrase (aimed at someone) "
         "blocks it.",
     )
+    safety_output_policy_by_tier: str = _var(
+        "TURNSTREAM_SAFETY_OUTPUT_POLICY_BY_TIER",
+        "",
+        "Per-tier exceptions to TURNSTREAM_SAFETY_OUTPUT_POLICY, e.g. "
+        "'free=hold_back,enterprise=optimistic' (tiers of the tenant registry).",
+    )
     safety_output_policy: str = _var(
         "TURNSTREAM_SAFETY_OUTPUT_POLICY",
         "optimistic",

@@ -267,3 +267,29 @@ def test_misuse_raises():
     gate.on_finish(0)
     with pytest.raises(RuntimeError):
         gate.on_finish(1)
+
+
+def test_per_tier_policies_are_parsed_strictly():
+    from workers.safety.output_gate import tier_policies
+
+    assert tier_policies("free=hold_back, enterprise=optimistic,plus=off") == {
+        "free": "hold_back",
+        "enterprise": "optimistic",
+        "plus": "off",
+    }
+    assert tier_policies("") == {}
+    for bad in ("free", "free=fast", "=hold_back"):
+        with pytest.raises(ValueError):
+            tier_policies(bad)
+
+
+def test_a_turn_gets_its_tiers_policy_or_the_default():
+    from workers.inference.service import ServiceConfig
+
+    default, strict = GateConfig(policy=Policy.OPTIMISTIC), GateConfig(policy=Policy.HOLD_BACK)
+    config = ServiceConfig(
+        worker_id="w", output_gate=default, tier_gates={"free": strict, "enterprise": None}
+    )
+    assert config.gate_for("free") is strict
+    assert config.gate_for("enterprise") is None  # off for that tier
+    assert config.gate_for("plus") is default and config.gate_for("") is default

@@ -18,7 +18,7 @@ from workers.inference.service import InferenceService, ServiceConfig
 from workers.inference.state_board import StateBoard
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
-from workers.safety.output_gate import GateConfig, Policy
+from workers.safety.output_gate import GateConfig, Policy, tier_policies
 
 log = logging.getLogger("turnstream.inference")
 
@@ -51,12 +51,13 @@ def build_engine(settings: Settings) -> Engine:
 RunningWorker = RunningService[InferenceService]
 
 
-def output_gate_config(settings: Settings) -> GateConfig | None:
-    """The incremental output check's policy (None: off)."""
-    if settings.safety_output_policy == "off":
+def output_gate_config(settings: Settings, policy: str | None = None) -> GateConfig | None:
+    """The incremental output check's policy (None: off); `policy` overrides the default."""
+    policy = policy or settings.safety_output_policy
+    if policy == "off":
         return None
     return GateConfig(
-        policy=Policy(settings.safety_output_policy),
+        policy=Policy(policy),
         window_tokens=settings.safety_window_tokens,
         overlap_tokens=settings.safety_window_overlap,
         deadline_ms=settings.safety_deadline_ms,
@@ -87,6 +88,10 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
             worker_id=clients.worker_id,
             max_queued_per_conversation=settings.max_queued_per_conversation,
             output_gate=output_gate_config(settings),
+            tier_gates={
+                tier: output_gate_config(settings, policy)
+                for tier, policy in tier_policies(settings.safety_output_policy_by_tier).items()
+            },
             windows_topic=clients.topic(SAFETY_WINDOWS),
         ),
         clock_ms=now_ms,

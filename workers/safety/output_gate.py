@@ -38,6 +38,20 @@ class Policy(StrEnum):
     HOLD_BACK = "hold_back"
 
 
+def tier_policies(spec: str) -> dict[str, str]:
+    """`free=hold_back,enterprise=optimistic` → {tier: policy}; policies are those of
+    `Policy` or `off`. Raises ValueError naming the bad part."""
+    policies: dict[str, str] = {}
+    allowed = {*(p.value for p in Policy), "off"}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        tier, sep, policy = part.partition("=")
+        tier, policy = tier.strip(), policy.strip()
+        if not sep or not tier or policy not in allowed:
+            raise ValueError(f"{part!r}: expected tier=policy with policy in {sorted(allowed)}")
+        policies[tier] = policy
+    return policies
+
+
 @dataclass(frozen=True, slots=True)
 class GateConfig:
     policy: Policy = Policy.HOLD_BACK
