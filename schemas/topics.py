@@ -115,7 +115,7 @@ DEAD_LETTERS = TopicSpec(
 )
 
 DEFAULT_POOLS = ("chat", "reasoning")
-POOL_PARTITIONS = 16  # up to this many workers per pool, each owning partitions of its own
+POOL_PARTITIONS = 8  # up to this many workers per pool, each owning partitions of its own
 
 
 def pool_topic(pool: str) -> TopicSpec:

@@ -4,9 +4,9 @@ then the endpoint picker names a worker of that pool (by the workers' state).
 The semantic decision comes first because it also decides whether retrieval runs. The
 pool it names must be configured (TURNSTREAM_POOLS); otherwise the turn goes to the default
 pool and the reason says so. A pool with no live worker on the board (none started, all
-crashed) hands its turns to the default pool rather than leaving them unanswered. Without
-an intent router every turn goes to the default pool with retrieval on (the behaviour
-before routing existed).
+crashed, or none yet at startup) hands its turns to the default pool rather than leaving
+them unanswered. Without an intent router every turn goes to the default pool with
+retrieval on (the behaviour before routing existed).
 """
 
 from __future__ import annotations
@@ -84,13 +84,13 @@ class Routing:
         """Pick the worker of the intent's pool for a prompt."""
         states = await self.board.states(intent.pool) if self.board is not None else []
         if self.board is not None and intent.pool != self.default_pool and not self._live(states):
-            fallback = await self.board.states(self.default_pool)
-            if self._live(fallback):
-                reason = f"{intent.reason}; pool {intent.pool!r} has no live worker"
-                intent = Intent(
-                    self.default_pool, intent.intent, intent.retrieval, reason, intent.score
-                )
-                states = fallback
+            # the default pool is the one that is always served (even while its workers
+            # are still starting, its topic keeps the turn for them)
+            reason = f"{intent.reason}; pool {intent.pool!r} has no live worker"
+            intent = Intent(
+                self.default_pool, intent.intent, intent.retrieval, reason, intent.score
+            )
+            states = await self.board.states(self.default_pool)
         pick = self.picker.pick(
             states,
             key=key,

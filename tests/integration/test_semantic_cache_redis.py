@@ -268,3 +268,17 @@ async def test_change_log_catch_up_gaps_and_backlog(env, embedder):
     assert await one.clear("t") == 8
     assert await answer(0) is None
     assert len(state.rows) == 0 and state.seq == 2
+
+
+async def test_the_operators_cli_finds_invalidates_and_clears(env, embedder):
+    from stream_jobs.assembly.cache_cli import run
+
+    cache = _cache(env)
+    entry_id = await cache.store("t1", FRANCE, embedder.embed(FRANCE), PARIS, "smol")
+    found = await run(cache, "find", "t1", "What's the capital of France?")
+    assert found.startswith(entry_id) and PARIS in found
+    assert "1 entries" in await run(cache, "stats", "t1", None)
+    assert await run(cache, "invalidate", "t1", entry_id) == f"{entry_id}: invalidated"
+    assert await run(cache, "find", "t1", FRANCE) == "no entry would answer it"
+    await cache.store("t1", FRANCE, embedder.embed(FRANCE), PARIS, "smol")
+    assert await run(cache, "clear", "t1", None) == "t1: 1 entries removed"

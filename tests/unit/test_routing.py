@@ -85,3 +85,10 @@ async def test_a_pool_without_live_workers_hands_its_turns_to_the_default_pool()
         5,
         "router",
     )
+
+
+async def test_at_startup_with_no_worker_anywhere_the_default_pool_keeps_the_turn():
+    r = routing(Always("reasoning"), Board({}))
+    intent = r.intent("prove it", has_images=False, history_turns=0)
+    route = await r.place(intent, [Message(Role.USER, "prove it")], b"conv")
+    assert (route.pool, route.partition) == ("chat", -1)  # key hash on the default pool
