@@ -266,12 +266,17 @@ class AssemblyJob:
         return hit
 
     async def _intent(self, turn: TurnEnriched, state: ConversationState) -> Intent:
+        # The classifier costs an embedding (tens of ms on a busy CPU, serial in this job);
+        # run it only when its answer can change something: which pool, or whether to
+        # retrieve. With one live pool and no retriever the rules are enough.
+        classify = self.retriever is not None or await self.routing.live_pools() > 1
         decide = functools.partial(
             self.routing.intent,
             turn.text,
             has_images=bool(turn.images),
             history_turns=state.turns,
             forced_pool=turn.submitted.pool,
+            classify=classify,
             previous=Intent(state.last_pool, state.last_intent, False, "", 1.0)
             if state.last_pool
             else None,

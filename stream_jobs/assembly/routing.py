@@ -30,6 +30,7 @@ class IntentRouter(Protocol):
         has_images: bool = False,
         history_turns: int = 0,
         previous: Intent | None = None,
+        classify: bool = True,
     ) -> Intent:
         """Blocking (it may embed the text): callers run it in a thread."""
 
@@ -62,6 +63,7 @@ class Routing:
         history_turns: int,
         forced_pool: str = "",
         previous: Intent | None = None,
+        classify: bool = True,
     ) -> Intent:
         """The semantic decision (blocking), mapped onto a configured pool. `forced_pool`:
         admission degraded the turn to that pool under overload; it wins. `previous`: the
@@ -70,7 +72,11 @@ class Routing:
             decided = Intent(self.default_pool, "", True, "no semantic router", 1.0)
         else:
             decided = self.intents.decide(
-                text, has_images=has_images, history_turns=history_turns, previous=previous
+                text,
+                has_images=has_images,
+                history_turns=history_turns,
+                previous=previous,
+                classify=classify,
             )
         if forced_pool and forced_pool in self.pools:
             reason = f"{decided.reason}; degraded to {forced_pool!r} by admission"
@@ -79,6 +85,13 @@ class Routing:
             return decided
         reason = f"{decided.reason}; pool {decided.pool!r} not configured"
         return Intent(self.default_pool, decided.intent, decided.retrieval, reason, decided.score)
+
+    async def live_pools(self) -> int:
+        """How many pools have a live worker (without a board: all of them, as far as
+        anyone can tell)."""
+        if self.board is None:
+            return len(self.pools)
+        return sum([self._live(await self.board.states(pool)) for pool in self.pools])
 
     async def place(self, intent: Intent, messages: Sequence[Message], key: bytes) -> Route:
         """Pick the worker of the intent's pool for a prompt."""

@@ -347,12 +347,17 @@ class SemanticRouter:
         has_images: bool = False,
         history_turns: int = 0,
         previous: RouteDecision | None = None,
+        classify: bool = True,
     ) -> RouteDecision:
         """Route one turn. `previous` (the conversation's last decision) keeps a short
-        follow-up ("why?", "and in Go?") that no rule claims on the pool it was on."""
+        follow-up ("why?", "and in Go?") that no rule claims on the pool it was on.
+        `classify=False`: rules only (the caller knows the classifier's answer would change
+        nothing, and it costs an embedding)."""
         config = self.config
         text = clean(text if isinstance(text, str) else "", config.max_chars)
-        intent, pool, retrieval, reason, score = self._route(text, has_images, history_turns)
+        intent, pool, retrieval, reason, score = self._route(
+            text, has_images, history_turns, classify
+        )
         follow_up = 0 < len(text) <= config.follow_up_max_chars and history_turns > 0
         if previous is not None and follow_up and reason.startswith("default"):
             intent, pool, score = previous.intent, previous.pool, previous.score
@@ -368,7 +373,7 @@ class SemanticRouter:
         return RouteDecision(pool, intent, retrieval, reason, score)
 
     def _route(
-        self, text: str, has_images: bool, history_turns: int
+        self, text: str, has_images: bool, history_turns: int, classify: bool = True
     ) -> tuple[str, str, bool, str, float]:
         config = self.config
         default_retrieval = config.default_intent in config.retrieval_intents
@@ -381,7 +386,7 @@ class SemanticRouter:
                     retrieval = rule.retrieval or rule.intent in config.retrieval_intents
                     reason = f"rule {rule.name} {_quote(found)}"
                     return rule.intent, rule.pool, retrieval, reason, 1.0
-        if self.classifier is None:
+        if self.classifier is None or not classify:
             return config.default_intent, config.default_pool, default_retrieval, "default", 0.0
         try:
             intent, score = self.classifier.classify(text)

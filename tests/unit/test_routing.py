@@ -14,7 +14,13 @@ class Always:
         self.pool = pool
 
     def decide(
-        self, text: str, *, has_images: bool = False, history_turns: int = 0, previous=None
+        self,
+        text: str,
+        *,
+        has_images: bool = False,
+        history_turns: int = 0,
+        previous=None,
+        classify: bool = True,
     ) -> Intent:
         return Intent(self.pool, "coding", False, "rule code", 1.0)
 
@@ -92,3 +98,28 @@ async def test_at_startup_with_no_worker_anywhere_the_default_pool_keeps_the_tur
     intent = r.intent("prove it", has_images=False, history_turns=0)
     route = await r.place(intent, [Message(Role.USER, "prove it")], b"conv")
     assert (route.pool, route.partition) == ("chat", -1)  # key hash on the default pool
+
+
+async def test_the_classifier_is_skipped_when_its_answer_cannot_change_anything():
+    from stream_jobs.assembly.semantic_router import RouterConfig, SemanticRouter
+
+    calls = []
+
+    def embed(texts):
+        import numpy as np
+
+        calls.append(len(texts))
+        return np.ones((len(texts), 4), np.float32) / 2
+
+    router = SemanticRouter(RouterConfig.default(), embed)
+    at_start = len(calls)  # the examples' centroids
+    decided = router.decide("Tell me something nice about rivers.", classify=False)
+    assert len(calls) == at_start and decided.reason.startswith("default")
+    router.decide("Tell me something nice about rivers.")
+    assert len(calls) == at_start + 1
+    one_pool = routing(router, Board({"chat": [worker("c1", "chat", 0)]}))
+    two_pools = routing(
+        router,
+        Board({"chat": [worker("c1", "chat", 0)], "reasoning": [worker("r", "reasoning", 1)]}),
+    )
+    assert (await one_pool.live_pools(), await two_pools.live_pools()) == (1, 2)
