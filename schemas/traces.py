@@ -10,7 +10,6 @@ The column order of `TRACE_COLUMNS` is the insert order.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -22,6 +21,7 @@ from schemas.events import (
     TurnCompleted,
     TurnSubmitted,
 )
+from schemas.stats import percentile
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +162,8 @@ def build_trace(
         queue_ms=queue_ms,
         ttft_ms=ttft,
         e2e_ms=e2e_ms,
-        itl_p50_ms=_quantile(gaps, 0.5),
-        itl_p99_ms=_quantile(gaps, 0.99),
+        itl_p50_ms=percentile(gaps, 50),
+        itl_p99_ms=percentile(gaps, 99),
         itl_max_ms=max(gaps) if gaps else 0.0,
         itl_ms=gaps,
         finish_reason=finish,
@@ -181,14 +181,6 @@ def build_trace(
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )
-
-
-def _quantile(values: list[float], q: float) -> float:
-    """Nearest-rank quantile (what ClickHouse's quantileExact returns); 0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def _utc(epoch_ms: float) -> datetime:

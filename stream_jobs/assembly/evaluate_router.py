@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
@@ -23,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from schemas.stats import percentile
 from stream_jobs.assembly.semantic_router import (
     RouteDecision,
     RouterConfig,
@@ -99,14 +99,6 @@ def load_set(name_or_path: str) -> list[Example]:
             raise RouterSetError(f"{path}:{number}: retrieval must be a bool, split train/test")
         examples.append(example)
     return examples
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[max(1, min(len(ordered), math.ceil(q / 100 * len(ordered)))) - 1]
 
 
 def accuracy(outcomes: Sequence[Outcome], field: str) -> float:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import re
 import sys
 import time
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from schemas.stats import percentile
 from workers.safety.blacklist import MemoryBlacklist
 from workers.safety.errors import RedTeamDataError
 from workers.safety.profanity import load
@@ -90,15 +90,6 @@ def progress(items: Sequence[T], desc: str) -> Iterator[T]:
         print(f"\r{desc}: {n}/{len(items)}", end="", file=sys.stderr, flush=True)
         yield item
     print(file=sys.stderr)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
-    return ordered[rank - 1]
 
 
 # --- running the screens ----------------------------------------------------------------------
