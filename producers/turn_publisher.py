@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from schemas.codec import encode
-from schemas.events import FeedbackGiven, TurnSubmitted
+from schemas.events import FeedbackGiven, TurnSubmitted, TurnTruncated
 
 log = logging.getLogger("turnstream.publisher")
 
@@ -69,7 +69,9 @@ class TurnPublisher:
             self._connected.set()
             log.info("connected to Kafka at %s", self._bootstrap)
 
-    async def publish(self, turn: TurnSubmitted | FeedbackGiven, topic: str | None = None) -> None:
+    async def publish(
+        self, turn: TurnSubmitted | FeedbackGiven | TurnTruncated, topic: str | None = None
+    ) -> None:
         """Publish an event keyed by its conversation (to `topic`, default: the turns')."""
         producer = self._producer
         if producer is None:

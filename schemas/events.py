@@ -128,6 +128,22 @@ class Event(
     v: int = WIRE_VERSION
 
 
+class SpeechSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How an answer is spoken: the voice (workers/tts `VOICES`); audio is PCM s16 mono at
+    the voice's sample rate."""
+
+    voice: str = "joe"
+
+
+class Truncation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An answer cut short by the user (barge-in): the history keeps `text` (what was heard,
+    `audio_end_ms` into the answer's audio) instead of the whole answer."""
+
+    turn_id: str
+    text: str
+    audio_end_ms: float = 0.0
+
+
 class TurnSubmitted(Event, tag="turn.submitted"):
     """The edge accepted a user turn (Kafka `turns.submitted`, keyed by conversation)."""
 
@@ -147,6 +163,10 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     priority: int = 0
     degraded: bool = False
     pool: str = ""  # set when admission fixed the pool (degraded turns); else the router picks
+    speech: SpeechSettings | None = None  # speak the answer (workers/tts); None: text only
+    # the last answer of this conversation the user interrupted, as far as it was heard:
+    # assembly applies it before it builds this turn's prompt, whatever order topics arrive in
+    truncates: Truncation | None = None
 
 
 class SafetyStage(enum.StrEnum):
@@ -342,6 +362,52 @@ class TurnCompleted(Event, tag="turn.completed"):
     assembled: bool = False
 
 
+class TurnTruncated(Event, tag="turn.truncated"):
+    """The user interrupted an answer (Kafka `turns.completed`, keyed by conversation): the
+    conversation's history keeps only what was delivered."""
+
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    truncation: Truncation
+    reason: str = "barge_in"  # barge_in (voice activity) or interrupt (the client asked)
+    truncated_at_ms: float = 0.0
+
+
+class SpeechText(Event, tag="speech.text"):
+    """A piece of a streaming answer to speak (Kafka `tts.segments`, keyed by turn), cut at
+    punctuation every 10-20 characters. `final`: the answer ended; speech ends after it."""
+
+    conversation_id: str
+    edge_id: str
+    attempt: str
+    voice: str
+    index: int
+    text: str
+    char_start: int
+    final: bool = False
+    finish_reason: FinishReason | None = None  # on the final piece
+    sent_at_ms: float = 0.0
+
+
+class SpeechAudio(Event, tag="speech.audio"):
+    """The audio of one piece (Redis relay to the edge): PCM s16 LE mono. `final`: the last
+    audio of the answer (it may be empty); `stopped`: speech ended early (cancel, barge-in,
+    safety cut, error) and later pieces were dropped."""
+
+    attempt: str
+    index: int
+    text: str
+    char_start: int
+    sample_rate: int
+    pcm: bytes = b""
+    final: bool = False
+    stopped: str = ""
+    synth_ms: float = 0.0
+    sent_at_ms: float = 0.0
+    error: ErrorInfo | None = None
+
+
 class WorkerMetrics(Event, tag="worker.metrics", kw_only=True):
     """An inference worker's state, every TURNSTREAM_METRICS_INTERVAL_MS (Kafka
     `workers.metrics`, keyed by worker): the infrastructure layer of monitoring (ClickHouse
@@ -442,4 +508,7 @@ AnyEvent = (
     | SafetyVerdict
     | OutputWindow
     | SafetyAlert
+    | TurnTruncated
+    | SpeechText
+    | SpeechAudio
 )

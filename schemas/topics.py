@@ -106,6 +106,13 @@ SAFETY_ALERTS = TopicSpec(
     retention_ms=30 * DAY_MS,
     doc="Alerts raised by the safety audit (severe categories, a surge of unsafe turns).",
 )
+TTS_SEGMENTS = TopicSpec(
+    name="tts.segments",
+    partitions=8,
+    key="turn_id",
+    retention_ms=DAY_MS,
+    doc="Pieces of streaming answers to speak (workers/tts); audio goes back over Redis.",
+)
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
     partitions=1,
@@ -142,6 +149,7 @@ REGISTRY: tuple[TopicSpec, ...] = (
     SAFETY_VERDICTS,
     SAFETY_WINDOWS,
     SAFETY_ALERTS,
+    TTS_SEGMENTS,
     DEAD_LETTERS,
     *(pool_topic(pool) for pool in DEFAULT_POOLS),
 )

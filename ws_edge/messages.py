@@ -1,11 +1,18 @@
 """The client protocol's messages (WebSocket JSON text frames), both directions.
 
-Client → edge: `session.authenticate`, `turn.create`, `turn.cancel`, `audio.append`,
-`audio.clear`, `feedback`, `ping`.
-Edge → client: `session.ready`, `turn.accepted`, `input.transcript`, `response.started`,
-`response.delta`, `response.restarted`, `response.done`, `feedback.recorded`, `error`,
-`pong`. Unknown fields are
-rejected so typos surface at once.
+Client → edge: `session.authenticate`, `session.update`, `turn.create`, `turn.cancel`,
+`turn.interrupt`, `audio.append`, `audio.clear`, `feedback`, `ping`.
+Edge → client: `session.ready`, `session.updated`, `turn.accepted`, `input.speech_started`,
+`input.speech_stopped`, `input.transcript`, `response.started`, `response.delta`,
+`response.restarted`, `response.retracted`, `response.audio`, `response.audio.done`,
+`response.truncated`, `response.done`, `feedback.recorded`, `error`, `pong`. Unknown fields
+are rejected so typos surface at once.
+
+Speech: with `speech` on (session or turn), the answer is also spoken: `response.audio`
+frames (PCM s16 LE mono, base64, in order, each tagged with the text it speaks) end with
+`response.audio.done`, usually after `response.done`. `turn.interrupt` (or the user talking
+over the answer, with `turn_detection`) stops generation and speech; `response.truncated`
+says what the conversation's history keeps: the text heard up to `audio_end_ms`.
 
 Media: a `turn.create` carries `parts` (text, images inline as base64 or by https URL, audio
 inline or from a stream the client filled with `audio.append`). Binary data travels base64
@@ -75,6 +82,29 @@ class AudioPart(
 Part = TextPart | ImagePart | AudioPart
 
 
+class SpeechOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Speak the answers, with this voice (one the deployment offers: see session.updated)."""
+
+    voice: Annotated[str, msgspec.Meta(max_length=64)] = "joe"
+
+
+class TurnDetection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Server-side end-of-speech detection on the microphone stream `stream_id` (PCM16 at
+    16 kHz sent with `audio.append`): each utterance becomes a turn of `conversation_id`,
+    and talking over the assistant's voice interrupts it (barge-in)."""
+
+    conversation_id: Id
+    stream_id: Id
+    type: Literal["server_vad"] = "server_vad"
+
+
+class SessionUpdate(ClientMessage, tag="session.update"):
+    """Change the session's defaults. A field left out is unchanged; `null` turns it off."""
+
+    speech: SpeechOptions | msgspec.UnsetType | None = msgspec.UNSET
+    turn_detection: TurnDetection | msgspec.UnsetType | None = msgspec.UNSET
+
+
 class CreateTurn(ClientMessage, tag="turn.create"):
     """Ask for an answer. `client_turn_id` makes a retry idempotent (same turn, answered once).
     A turn needs `text`, `parts`, or both (`text` then comes first)."""
@@ -85,10 +115,21 @@ class CreateTurn(ClientMessage, tag="turn.create"):
     client_turn_id: Id | None = None
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    # speak this answer (`null`: text only); left out: the session's `speech` setting
+    speech: SpeechOptions | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class CancelTurn(ClientMessage, tag="turn.cancel"):
     turn_id: Id
+
+
+class InterruptTurn(ClientMessage, tag="turn.interrupt"):
+    """Stop an answer the user cut short (generation, speech, queued audio) and keep in the
+    history only what they heard: `audio_end_ms` into the answer's audio, as played by the
+    client (like OpenAI's truncate). Left out: the edge's estimate from what it sent."""
+
+    turn_id: Id
+    audio_end_ms: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
 class AppendAudio(ClientMessage, tag="audio.append"):
@@ -116,7 +157,15 @@ class Ping(ClientMessage, tag="ping"):
 
 
 AnyClientMessage = (
-    Authenticate | CreateTurn | CancelTurn | AppendAudio | ClearAudio | Feedback | Ping
+    Authenticate
+    | SessionUpdate
+    | CreateTurn
+    | CancelTurn
+    | InterruptTurn
+    | AppendAudio
+    | ClearAudio
+    | Feedback
+    | Ping
 )
 MEDIA_TYPES = frozenset({"turn.create", "audio.append"})  # may exceed the small-message limit
 CLIENT_TYPES = frozenset(t.__struct_config__.tag for t in AnyClientMessage.__args__)  # type: ignore[attr-defined]
@@ -132,6 +181,14 @@ class SessionReady(ServerEvent, tag="session.ready"):
     user_id: str
     tenant_id: str
     protocol: int = PROTOCOL_VERSION
+
+
+class SessionUpdated(ServerEvent, tag="session.updated"):
+    """The session's settings now (after a `session.update`), and the voices offered."""
+
+    speech: SpeechOptions | None
+    turn_detection: TurnDetection | None
+    voices: list[str]
 
 
 class TurnAccepted(ServerEvent, tag="turn.accepted"):
@@ -172,6 +229,54 @@ class ResponseRetracted(ServerEvent, tag="response.retracted"):
     shown_chars: int  # characters of this turn's deltas the client had been sent
 
 
+class InputSpeechStarted(ServerEvent, tag="input.speech_started"):
+    """The user started speaking on the detected stream (`audio_start_ms` into it)."""
+
+    stream_id: str
+    audio_start_ms: float
+
+
+class InputSpeechStopped(ServerEvent, tag="input.speech_stopped"):
+    """The user stopped speaking: the utterance became `turn_id`, or was `ignored`
+    ("backchannel": a short "mm-hm" over the assistant's voice)."""
+
+    stream_id: str
+    audio_end_ms: float
+    turn_id: str | None = None
+    ignored: str = ""
+
+
+class ResponseAudio(ServerEvent, tag="response.audio"):
+    """A piece of the spoken answer: `audio` is base64 PCM s16 LE mono at `sample_rate`;
+    it says `text` (characters `char_start`.. of the answer). Play in `index` order."""
+
+    turn_id: str
+    index: int
+    text: str
+    char_start: int
+    sample_rate: int
+    duration_ms: float
+    audio: str
+    format: str = "pcm16"
+
+
+class ResponseAudioDone(ServerEvent, tag="response.audio.done"):
+    """No more audio for this answer: `reason` completed, interrupted, cancelled,
+    output_cut, error or tts_unavailable (no speech came within the deadline)."""
+
+    turn_id: str
+    reason: str
+    error: ErrorInfo | None = None
+
+
+class ResponseTruncated(ServerEvent, tag="response.truncated"):
+    """After an interrupt: the history keeps `text`, the answer up to `audio_end_ms`."""
+
+    turn_id: str
+    audio_end_ms: float
+    text: str
+
+
 class ResponseDelta(ServerEvent, tag="response.delta"):
     turn_id: str
     seq: int
@@ -208,8 +313,14 @@ class Pong(ServerEvent, tag="pong"):
 
 AnyServerEvent = (
     SessionReady
+    | SessionUpdated
     | TurnAccepted
+    | InputSpeechStarted
+    | InputSpeechStopped
     | InputTranscript
+    | ResponseAudio
+    | ResponseAudioDone
+    | ResponseTruncated
     | ResponseStarted
     | ResponseRestarted
     | ResponseDelta

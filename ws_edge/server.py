@@ -26,7 +26,7 @@ from schemas.codec import decode, encode
 from schemas.events import AnyEvent, FeedbackGiven, TurnCancelled, TurnCompleted
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
-from schemas.topics import FEEDBACK, TURNS_SUBMITTED
+from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
 from ws_edge.admission import AdmissionControl
 from ws_edge.conversations import ConversationClaims
 from ws_edge.errors import (
@@ -37,7 +37,7 @@ from ws_edge.errors import (
     UnknownTurn,
 )
 from ws_edge.media import MediaLimits
-from ws_edge.messages import FeedbackRecorded, encode_server
+from ws_edge.messages import FeedbackRecorded, ResponseAudio, encode_server
 from ws_edge.outbox import Outbox, OutboxOverflow
 from ws_edge.pool_load import PoolLoad
 from ws_edge.rate_limit import RateLimiter
@@ -45,7 +45,10 @@ from ws_edge.relay import RelaySubscriber
 from ws_edge.session import (
     Action,
     Close,
+    DetectSpeech,
+    DropAudio,
     GiveFeedback,
+    PublishTruncation,
     RequestCancel,
     Send,
     Session,
@@ -53,7 +56,9 @@ from ws_edge.session import (
     SubmitTurn,
     error_event,
 )
+from ws_edge.speech_detector import SpeechDetector
 from ws_edge.tiers import TenantRegistry
+from ws_edge.voice_loop import VadRules
 
 log = logging.getLogger("turnstream.edge")
 
@@ -87,7 +92,15 @@ class EdgeServer:
                 max_text_chars=settings.max_turn_chars,
             ),
             max_media_message_bytes=settings.max_frame_bytes,
+            voices=tuple(v.strip() for v in settings.tts_voices.split(",") if v.strip()),
+            vad=VadRules(
+                threshold=settings.vad_threshold,
+                silence_ms=settings.vad_silence_ms,
+                min_speech_ms=settings.vad_min_speech_ms,
+                barge_in_ms=settings.barge_in_min_speech_ms,
+            ),
         )
+        self.completed_topic = TURNS_COMPLETED.full_name(settings.namespace)
         self.feedback_topic = FEEDBACK.full_name(settings.namespace)
         self.blobs = blob_store(settings.blob_store_url, self.redis, self.names)
         self.admission = AdmissionControl(
@@ -185,6 +198,8 @@ class _Connection:
         )
         self.outbox = Outbox(edge.settings.outbox_max_frames, edge.settings.outbox_max_bytes)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._detector: SpeechDetector | None = None  # the voice loop's VAD, made on first use
+        self._speech_deadlines: dict[str, asyncio.TimerHandle] = {}
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -197,6 +212,8 @@ class _Connection:
         finally:
             for turn_id in self.session.open_turns:
                 self.edge.relay.unroute(turn_id, self._on_relay)
+            for handle in self._speech_deadlines.values():
+                handle.cancel()
             self.outbox.closed = True
             writer.cancel()
             for task in list(self._tasks):
@@ -209,7 +226,8 @@ class _Connection:
             match action:
                 case Send(event):
                     try:
-                        self.outbox.put(encode_server(event))
+                        tag = event.turn_id if isinstance(event, ResponseAudio) else None
+                        self.outbox.put(encode_server(event), tag=tag)
                     except OutboxOverflow as err:
                         log.warning("closing slow client: %s", err)
                         self.edge.slow_clients_closed += 1
@@ -224,12 +242,59 @@ class _Connection:
                     self._spawn(self._feedback(action))
                 case Close(code, reason):
                     self._spawn(self.websocket.close(code, reason))
+                case DropAudio(turn_id):
+                    self.outbox.drop(turn_id)
+                case PublishTruncation(event):
+                    self._spawn(self._publish_truncation(event))
+                case DetectSpeech(stream_id, frames):
+                    self._detect(stream_id, frames)
 
     def _on_relay(self, event: AnyEvent) -> None:
         if isinstance(event, TurnCompleted):
-            self.edge.relay.unroute(event.turn_id, self._on_relay)
             self._spawn(self.edge.admission.charge(event))
         self._apply(self.session.relay(event))
+        turn_id = event.turn_id
+        if turn_id not in self.session.open_turns:  # its last frame (text and speech) went
+            self.edge.relay.unroute(turn_id, self._on_relay)
+        self._watch_speech(turn_id)
+
+    def _watch_speech(self, turn_id: str) -> None:
+        """Once an answer's text is done, its speech must keep coming: each frame re-arms a
+        deadline, past which the client is told speech is unavailable."""
+        handle = self._speech_deadlines.pop(turn_id, None)
+        if handle is not None:
+            handle.cancel()
+        if self.session.awaits_audio(turn_id):
+            self._speech_deadlines[turn_id] = asyncio.get_running_loop().call_later(
+                self.edge.settings.speech_deadline_s, self._speech_timed_out, turn_id
+            )
+
+    def _speech_timed_out(self, turn_id: str) -> None:
+        self._speech_deadlines.pop(turn_id, None)
+        self._apply(self.session.speech_timed_out(turn_id))
+        if turn_id not in self.session.open_turns:
+            self.edge.relay.unroute(turn_id, self._on_relay)
+
+    def _detect(self, stream_id: str, frames: bytes) -> None:
+        """Score the voice loop's frames (Silero: ~0.1 ms a frame, so inline) and feed the
+        scores back to the session."""
+        try:
+            if self._detector is None:
+                self._detector = SpeechDetector()
+            probs = self._detector.score(frames)
+        except Exception as exc:  # no VAD model installed, or it failed: say so in-band
+            log.warning("voice activity detection failed: %s", exc)
+            err = EdgeError(f"voice activity detection unavailable: {exc}", code="vad_unavailable")
+            self._apply([error_event(err)])
+            return
+        self._apply(self.session.voice_activity(stream_id, frames, probs))
+
+    async def _publish_truncation(self, event) -> None:
+        try:
+            await self.edge.publisher.publish(event, self.edge.completed_topic)
+        except Exception as exc:
+            log.warning("truncation of turn %s not recorded: %s", event.turn_id, exc)
+            self._apply([error_event(_submit_error(exc), event.turn_id)])
 
     async def _submit(self, action: SubmitTurn) -> None:
         turn = action.turn
@@ -278,7 +343,9 @@ class _Connection:
 
     async def _cancel(self, action: RequestCancel) -> None:
         names = self.edge.names
-        event = TurnCancelled(turn_id=action.turn_id, conversation_id=action.conversation_id)
+        event = TurnCancelled(
+            turn_id=action.turn_id, conversation_id=action.conversation_id, reason=action.reason
+        )
         try:
             async with self.edge.redis.pipeline(transaction=False) as pipe:
                 pipe.set(names.cancelled_key(action.turn_id), "1", ex=CANCEL_MARKER_TTL_S)

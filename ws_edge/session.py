@@ -12,6 +12,7 @@ held until `turn.accepted` is sent, so the client always sees them in order.
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -24,13 +25,19 @@ from schemas.events import (
     OUTPUT_CUT,
     AnyEvent,
     DecodingParams,
+    ErrorInfo,
     FeedbackKind,
     InputTranscribed,
+    SpeechAudio,
+    SpeechSettings,
     TokenChunk,
+    Truncation,
     TurnCompleted,
     TurnStarted,
     TurnSubmitted,
+    TurnTruncated,
 )
+from ws_edge.audio_timeline import AudioTimeline
 from ws_edge.auth import Principal, verify_token
 from ws_edge.errors import (
     AuthError,
@@ -42,33 +49,46 @@ from ws_edge.errors import (
     UnknownMessageType,
     UnknownTurn,
 )
-from ws_edge.media import AudioBuffers, MediaLimits, Upload, turn_content
+from ws_edge.media import AudioBuffers, MediaLimits, Upload, decode_base64, turn_content
 from ws_edge.messages import (
     CLIENT_TYPES,
     MEDIA_TYPES,
     AnyClientMessage,
     AppendAudio,
+    AudioPart,
     Authenticate,
     CancelTurn,
     ClearAudio,
     CreateTurn,
     ErrorEvent,
     Feedback,
+    InputSpeechStarted,
+    InputSpeechStopped,
     InputTranscript,
+    InterruptTurn,
     Ping,
     Pong,
+    ResponseAudio,
+    ResponseAudioDone,
     ResponseDelta,
     ResponseDone,
     ResponseRestarted,
     ResponseRetracted,
     ResponseStarted,
+    ResponseTruncated,
     ServerEvent,
     SessionReady,
+    SessionUpdate,
+    SessionUpdated,
+    SpeechOptions,
     TurnAccepted,
+    TurnDetection,
     client_decoder,
 )
+from ws_edge.voice_loop import BargeIn, SpeechEnded, SpeechStarted, VadRules, VoiceLoop
 
 MAX_AUTH_FAILURES = 3
+MAX_PLAYED = 4  # spoken answers kept interruptible after their last frame
 CLOSE_POLICY_VIOLATION = 4401
 _TURN_ID_NAMESPACE = uuid.UUID("6f1b9a52-3c8e-4d1a-9a57-2b8e0c1d7f10")
 
@@ -91,8 +111,34 @@ class SubmitTurn:
 
 @dataclass(frozen=True, slots=True)
 class RequestCancel:
+    """Stop the turn everywhere: generation, speech (control channel + marker)."""
+
     turn_id: str
     conversation_id: str
+    reason: str = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishTruncation:
+    """Record a barge-in's truncation (Kafka), so the history keeps only what was heard."""
+
+    event: TurnTruncated
+
+
+@dataclass(frozen=True, slots=True)
+class DropAudio:
+    """Drop the turn's audio frames still queued for the client."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DetectSpeech:
+    """Score these whole 32 ms frames of the voice loop's stream with the VAD model, then
+    hand the scores to `Session.voice_activity`."""
+
+    stream_id: str
+    frames: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +159,16 @@ class Close:
     reason: str
 
 
-Action = Send | SubmitTurn | RequestCancel | GiveFeedback | Close
+Action = (
+    Send
+    | SubmitTurn
+    | RequestCancel
+    | GiveFeedback
+    | Close
+    | PublishTruncation
+    | DropAudio
+    | DetectSpeech
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +178,8 @@ class SessionLimits:
     default_max_tokens: int = 256
     media: MediaLimits = field(default_factory=MediaLimits)
     max_media_message_bytes: int = 16 * 1024 * 1024  # turn.create / audio.append frames
+    voices: tuple[str, ...] = ("joe", "espeak")  # what the TTS workers offer
+    vad: VadRules = field(default_factory=VadRules)
 
 
 @dataclass(slots=True)
@@ -134,6 +191,12 @@ class _Route:
     attempt: str | None = None  # the answer being streamed now
     last_seq: int = -1
     shown_chars: int = 0  # characters of the current attempt's deltas sent to the client
+    speech: bool = False  # the answer is spoken too: the route lasts until its audio ends
+    text_done: bool = False  # response.done sent
+    audio_done: bool = False  # response.audio.done sent
+    interrupted: bool = False
+    timeline: AudioTimeline = field(default_factory=AudioTimeline)
+    first_audio_ms: float | None = None  # when its first audio left (playback estimate)
 
 
 class _Envelope(msgspec.Struct):
@@ -193,6 +256,15 @@ class Session:
         self._publishing: dict[str, str] = {}
         self._waiting: dict[str, deque[SubmitTurn]] = {}
         self._audio = AudioBuffers(limits.media)
+        self._speech: SpeechSettings | None = None  # the session's default for new turns
+        self._detection: TurnDetection | None = None
+        self._voice_loop: VoiceLoop | None = None
+        # what the user heard of an answer they interrupted, per conversation: the next
+        # turn carries it, so its prompt is built from the truncated history
+        self._truncations: dict[str, Truncation] = {}
+        # spoken answers whose audio was all sent but may still be playing: a barge-in can
+        # still cut them (the client plays in real time; TTS runs faster)
+        self._played: dict[str, _Route] = {}
 
     # ---- inputs ------------------------------------------------------------------------------
     def open(self, token: str | None) -> list[Action]:
@@ -268,6 +340,8 @@ class Session:
             case TurnStarted():
                 actions = self._new_attempt(route, event.turn_id, event.attempt)
                 return [*actions, Send(ResponseStarted(event.turn_id, event.model))]
+            case TokenChunk() if route.interrupted:
+                return []  # stopped: what the engine made before the abort is not shown
             case TokenChunk():
                 actions = []
                 if event.attempt != route.attempt:  # its turn.started was lost
@@ -277,8 +351,12 @@ class Session:
                 route.last_seq = event.seq
                 route.shown_chars += len(event.text)
                 return [*actions, Send(ResponseDelta(event.turn_id, event.seq, event.text))]
+            case SpeechAudio():
+                return self._audio_frame(route, event)
             case TurnCompleted():
-                del self._routes[event.turn_id]
+                route.text_done = True
+                if not route.speech or route.audio_done or route.interrupted:
+                    self._close(event.turn_id)
                 retract: list[Action] = []
                 if event.error is not None and event.error.code == OUTPUT_CUT:
                     retracted = ResponseRetracted(
@@ -301,6 +379,63 @@ class Session:
                 ]
         return []
 
+    def _audio_frame(self, route: _Route, event: SpeechAudio) -> list[Action]:
+        if route.interrupted or route.audio_done:
+            return []
+        if route.attempt is not None and event.attempt != route.attempt:
+            return []  # speech of an attempt that failed over
+        actions: list[Action] = []
+        if event.pcm:
+            duration_ms = 1000 * len(event.pcm) / 2 / event.sample_rate
+            route.timeline.add(event.text, duration_ms)
+            if route.first_audio_ms is None:
+                route.first_audio_ms = self._clock_ms()
+            audio = ResponseAudio(
+                turn_id=event.turn_id,
+                index=event.index,
+                text=event.text,
+                char_start=event.char_start,
+                sample_rate=event.sample_rate,
+                duration_ms=round(duration_ms, 3),
+                audio=base64.b64encode(event.pcm).decode(),
+            )
+            actions.append(Send(audio))
+        if event.final:
+            actions += self._end_audio(
+                route, event.turn_id, event.stopped or "completed", event.error
+            )
+        return actions
+
+    def _end_audio(
+        self, route: _Route, turn_id: str, reason: str, error: ErrorInfo | None = None
+    ) -> list[Action]:
+        route.audio_done = True
+        if route.text_done:
+            self._close(turn_id)
+        return [Send(ResponseAudioDone(turn_id, reason, error))]
+
+    def _close(self, turn_id: str) -> None:
+        """The turn's frames are all sent; a spoken one stays interruptible while it plays."""
+        route = self._routes.pop(turn_id, None)
+        if route is not None and route.speech and not route.interrupted:
+            self._played[turn_id] = route
+            while len(self._played) > MAX_PLAYED:
+                del self._played[next(iter(self._played))]
+
+    def speech_timed_out(self, turn_id: str) -> list[Action]:
+        """The answer's text ended and its audio stopped coming (no TTS worker, or one
+        that died): end the speech instead of keeping the client waiting."""
+        route = self._routes.get(turn_id)
+        if route is None or not route.speech or route.audio_done or route.interrupted:
+            return []
+        error = ErrorInfo("tts_unavailable", "speech did not arrive in time", retryable=True)
+        return self._end_audio(route, turn_id, "tts_unavailable", error)
+
+    def awaits_audio(self, turn_id: str) -> bool:
+        """The turn's text is done but its speech is still coming (the shell's deadline)."""
+        route = self._routes.get(turn_id)
+        return route is not None and route.speech and route.text_done and not route.audio_done
+
     @staticmethod
     def _new_attempt(route: _Route, turn_id: str, attempt: str) -> list[Action]:
         """A worker starts (or restarts) the answer. A second attempt means the first
@@ -312,6 +447,8 @@ class Session:
         route.attempt = attempt
         route.last_seq = -1
         route.shown_chars = 0
+        route.timeline = AudioTimeline()
+        route.first_audio_ms = None
         return actions
 
     # ---- state -------------------------------------------------------------------------------
@@ -381,7 +518,16 @@ class Session:
             if route is None:
                 raise UnknownTurn(f"no open turn {message.turn_id!r} in this session")
             return [RequestCancel(message.turn_id, route.conversation_id)]
+        if isinstance(message, SessionUpdate):
+            return self._update(message)
+        if isinstance(message, InterruptTurn):
+            route = self._routes.get(message.turn_id) or self._played.get(message.turn_id)
+            if route is None:
+                raise UnknownTurn(f"no open turn {message.turn_id!r} in this session")
+            return self._interrupt(message.turn_id, route, message.audio_end_ms, "interrupt")
         if isinstance(message, AppendAudio):
+            if self._detection is not None and message.stream_id == self._detection.stream_id:
+                return self._listen(message)
             self._audio.append(message.stream_id, message.data)
             return []
         if isinstance(message, ClearAudio):
@@ -414,6 +560,140 @@ class Session:
             )
         ]
 
+    # ---- speech ------------------------------------------------------------------------------
+    def _update(self, msg: SessionUpdate) -> list[Action]:
+        if msg.speech is not msgspec.UNSET:
+            self._speech = self._speech_settings(msg.speech)
+        if msg.turn_detection is not msgspec.UNSET:
+            detection = msg.turn_detection
+            if detection is not None and (
+                self._detection is None or detection.stream_id != self._detection.stream_id
+            ):
+                self._voice_loop = VoiceLoop(self._limits.vad)
+                self._audio.clear(detection.stream_id)
+            elif detection is None:
+                self._voice_loop = None
+            self._detection = detection
+        speech = SpeechOptions(self._speech.voice) if self._speech is not None else None
+        return [Send(SessionUpdated(speech, self._detection, list(self._limits.voices)))]
+
+    def _speech_settings(self, options: SpeechOptions | None) -> SpeechSettings | None:
+        if options is None:
+            return None
+        voice = options.voice.strip().lower()
+        if voice not in self._limits.voices:
+            raise InvalidMessage(
+                f"unknown voice {options.voice!r}; this deployment offers "
+                f"{', '.join(self._limits.voices)}",
+                code="unknown_voice",
+            )
+        return SpeechSettings(voice=voice)
+
+    def _interrupt(
+        self, turn_id: str, route: _Route, audio_end_ms: float | None, reason: str
+    ) -> list[Action]:
+        """Stop an answer everywhere and keep in the history what the user heard."""
+        if route.interrupted:
+            return []
+        route.interrupted = True
+        self._played.pop(turn_id, None)
+        actions: list[Action] = [DropAudio(turn_id)]
+        if not (route.text_done and route.audio_done):  # generation or speech still running
+            actions.append(RequestCancel(turn_id, route.conversation_id, reason))
+        if route.speech and not route.audio_done:
+            route.audio_done = True
+            actions.append(Send(ResponseAudioDone(turn_id, "interrupted")))
+        if route.speech and self.principal is not None:
+            played = self._played_ms(route) if audio_end_ms is None else audio_end_ms
+            played = min(played, route.timeline.total_ms)
+            truncation = Truncation(turn_id, route.timeline.heard(played), round(played, 3))
+            self._truncations[route.conversation_id] = truncation
+            actions.append(
+                Send(ResponseTruncated(turn_id, truncation.audio_end_ms, truncation.text))
+            )
+            event = TurnTruncated(
+                turn_id=turn_id,
+                conversation_id=route.conversation_id,
+                tenant_id=self.principal.tenant_id,
+                user_id=self.principal.user_id,
+                truncation=truncation,
+                reason=reason,
+                truncated_at_ms=self._clock_ms(),
+            )
+            actions.append(PublishTruncation(event))
+        if route.text_done:
+            self._close(turn_id)
+        return actions
+
+    def _played_ms(self, route: _Route) -> float:
+        """The edge's estimate of how far playback got: since the first audio left, real time
+        (a client plays at 1x), never past the audio it was sent."""
+        if route.first_audio_ms is None:
+            return 0.0
+        return max(0.0, self._clock_ms() - route.first_audio_ms)
+
+    def _speaking(self) -> list[tuple[str, _Route]]:
+        """Answers whose voice the user may be hearing now: audio still coming, or sent and
+        (by the real-time estimate) still playing."""
+        speaking = [
+            (turn_id, r)
+            for turn_id, r in self._routes.items()
+            if r.speech and not r.interrupted and not r.audio_done
+        ]
+        for turn_id, r in list(self._played.items()):
+            if r.first_audio_ms is not None and self._played_ms(r) < r.timeline.total_ms:
+                speaking.append((turn_id, r))
+            else:
+                del self._played[turn_id]  # finished playing: nothing left to cut
+        return speaking
+
+    def _listen(self, msg: AppendAudio) -> list[Action]:
+        assert self._voice_loop is not None
+        pcm = decode_base64(msg.data, "audio.append")
+        if len(pcm) % 2:
+            raise InvalidMessage("audio.append: PCM16 audio has an even number of bytes")
+        frames = self._voice_loop.append(pcm)
+        return [DetectSpeech(msg.stream_id, frames)] if frames else []
+
+    def voice_activity(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
+        """Scores of the frames a `DetectSpeech` asked for: speech starts, barge-ins, turns."""
+        return self._answering_errors(lambda _: self._voice_events(stream_id, frames, probs), None)
+
+    def _voice_events(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
+        loop, detection = self._voice_loop, self._detection
+        if loop is None or detection is None or detection.stream_id != stream_id:
+            return []  # the loop was turned off meanwhile
+        actions: list[Action] = []
+        speaking = self._speaking()
+        for event in loop.scored(frames, probs, assistant_speaking=bool(speaking)):
+            match event:
+                case SpeechStarted(at_ms):
+                    actions.append(Send(InputSpeechStarted(stream_id, at_ms)))
+                case BargeIn():
+                    for turn_id, route in self._speaking():
+                        actions += self._interrupt(turn_id, route, None, "barge_in")
+                case SpeechEnded() if event.backchannel:
+                    actions.append(
+                        Send(InputSpeechStopped(stream_id, event.end_ms, ignored="backchannel"))
+                    )
+                case SpeechEnded():
+                    actions += self._utterance_turn(detection, event)
+        return actions
+
+    def _utterance_turn(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action]:
+        """An utterance of the voice loop becomes a turn, like a `turn.create` with audio."""
+        assert self.principal is not None
+        self._audio.clear(detection.stream_id)
+        self._audio.append(detection.stream_id, base64.b64encode(ended.pcm).decode())
+        msg = CreateTurn(
+            conversation_id=detection.conversation_id,
+            parts=[AudioPart(stream_id=detection.stream_id, format="pcm16", sample_rate=16000)],
+        )
+        actions = self._create_turn(self.principal, msg)
+        turn_id = next(reversed(self._routes))  # the route it just opened
+        stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
+        return [Send(stopped), *actions]
+
     def _create_turn(self, principal: Principal, msg: CreateTurn) -> list[Action]:
         if len(self._routes) >= self._limits.max_open_turns:
             raise TooManyTurns(f"{len(self._routes)} turns already open; wait for one to finish")
@@ -426,6 +706,7 @@ class Session:
             max_tokens=msg.max_tokens or defaults.max_tokens,
             temperature=defaults.temperature if msg.temperature is None else msg.temperature,
         )
+        speech = self._speech if msg.speech is msgspec.UNSET else self._speech_settings(msg.speech)
         turn = TurnSubmitted(
             turn_id=turn_id,
             conversation_id=msg.conversation_id,
@@ -437,6 +718,9 @@ class Session:
             decoding=decoding,
             client=self._client_info,
             media=content.media,
+            speech=speech,
+            truncates=self._truncations.pop(msg.conversation_id, None),
         )
-        self._routes[turn_id] = _Route(msg.conversation_id, msg.client_turn_id)
+        route = _Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
+        self._routes[turn_id] = route
         return self._queue_submit(SubmitTurn(turn, principal.owner, tuple(content.uploads)))

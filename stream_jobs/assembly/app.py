@@ -33,6 +33,7 @@ from schemas.events import (
     TurnAssembled,
     TurnCompleted,
     TurnEnriched,
+    TurnTruncated,
 )
 from schemas.ids import now_ms
 from schemas.settings import Settings
@@ -58,6 +59,7 @@ from stream_jobs.assembly.state import (
     on_completed,
     on_enriched,
     on_stale,
+    on_truncated,
 )
 from stream_jobs.assembly.tokens import TokenCounter
 from stream_jobs.assembly.worker_board import WorkerBoard
@@ -158,11 +160,15 @@ class AssemblyJob:
                 await self._on_enriched(parsed)
             elif isinstance(parsed, TurnCompleted):
                 await self._on_completed(parsed)
+            elif isinstance(parsed, TurnTruncated):
+                self._on_truncated(parsed)
 
     # ---- transitions -----------------------------------------------------------------------
     async def _on_enriched(self, turn: TurnEnriched) -> None:
         key = _key(turn.submitted.tenant_id, turn.submitted.conversation_id)
         state = decode_state(self.table.get(key))
+        if turn.submitted.truncates is not None:  # before this turn's prompt is built
+            on_truncated(state, turn.submitted.truncates, count_tokens=self.count_tokens)
         now = now_ms()
         stale = on_stale(state, now_ms=now, stale_after_ms=self.config.stale_after_ms)
         decision = on_enriched(
@@ -195,6 +201,15 @@ class AssemblyJob:
             now_ms=now_ms(),
         )
         await self._carry_out(key, state, decision)
+
+    def _on_truncated(self, truncated: TurnTruncated) -> None:
+        key = _key(truncated.tenant_id, truncated.conversation_id)
+        raw = self.table.get(key)
+        if raw is None:
+            return
+        state = decode_state(raw)
+        on_truncated(state, truncated.truncation, count_tokens=self.count_tokens)
+        self.table[key] = encode_state(state)
 
     async def _carry_out(self, key: bytes, state: ConversationState, decision: Decision) -> None:
         for turn in decision.release:

@@ -13,17 +13,19 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from schemas.events import ErrorInfo, FinishReason, Role, TurnCompleted, TurnEnriched
+from schemas.events import ErrorInfo, FinishReason, Role, Truncation, TurnCompleted, TurnEnriched
 
 log = logging.getLogger("turnstream.assembly")
 
 RECENT_TURNS = 32  # answered turn ids remembered, to recognise redeliveries
+PENDING_TRUNCATIONS = 4  # barge-ins heard before their turn's completion, kept until it comes
 
 
 class StoredMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     role: Role
     content: str
     tokens: int  # counted once, when stored, with the served model's tokenizer
+    turn_id: str = ""  # of an answer: a barge-in's truncation finds it by this
 
 
 class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
@@ -38,6 +40,7 @@ class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
     last_intent: str = ""
     cache_query: str = ""  # the in-flight turn's question when its answer may be cached
     last_active_ms: float = 0.0
+    truncations: list[Truncation] = []  # heard before the answer they cut was recorded
 
 
 _encoder = msgspec.json.Encoder()
@@ -129,12 +132,54 @@ def on_completed(
         return Decision()
     if completed.finish_reason != FinishReason.ERROR:
         state.messages.append(StoredMessage(Role.USER, user_text, count_tokens(user_text)))
-        if completed.text:
+        heard = _take_truncation(state, completed.turn_id)
+        text = completed.text if heard is None else _heard_part(completed.text, heard.text)
+        if text:
             state.messages.append(
-                StoredMessage(Role.ASSISTANT, completed.text, count_tokens(completed.text))
+                StoredMessage(Role.ASSISTANT, text, count_tokens(text), completed.turn_id)
             )
         _trim(state, limits)
     return _release_next(state, now_ms)
+
+
+def on_truncated(state: ConversationState, truncation: Truncation, *, count_tokens) -> None:
+    """The user interrupted an answer: the history keeps only what they heard, so the next
+    prompt is true to the conversation as they lived it. Idempotent (the edge sends it on
+    its own and again with the next turn); an answer not recorded yet gets it when it is."""
+    for i, message in enumerate(state.messages):
+        if message.role == Role.ASSISTANT and message.turn_id == truncation.turn_id:
+            text = _heard_part(message.content, truncation.text)
+            if text:
+                state.messages[i] = StoredMessage(
+                    Role.ASSISTANT, text, count_tokens(text), message.turn_id
+                )
+            else:  # interrupted before a word was heard
+                del state.messages[i]
+            return
+    pending = {w.turn_id for w in state.waiting}
+    if state.in_flight is not None:
+        pending.add(state.in_flight.turn_id)
+    if truncation.turn_id in pending:
+        state.truncations = [t for t in state.truncations if t.turn_id != truncation.turn_id]
+        state.truncations.append(truncation)
+        del state.truncations[:-PENDING_TRUNCATIONS]
+
+
+def _take_truncation(state: ConversationState, turn_id: str) -> Truncation | None:
+    for t in state.truncations:
+        if t.turn_id == turn_id:
+            state.truncations = [o for o in state.truncations if o.turn_id != turn_id]
+            return t
+    return None
+
+
+def _heard_part(answer: str, heard: str) -> str:
+    """What stays of `answer`: the heard text, never more than the answer (a truncation
+    only shortens; one that does not match the answer keeps the answer's own prefix)."""
+    heard = heard.rstrip()
+    if answer.startswith(heard):
+        return heard
+    return answer[: len(heard)].rstrip()
 
 
 def on_stale(state: ConversationState, *, now_ms: float, stale_after_ms: float) -> Decision:

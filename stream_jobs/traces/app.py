@@ -38,6 +38,7 @@ from stream_jobs.traces.state import (
     decode_pending,
     encode_pending,
     expired,
+    joins,
     on_event,
     timed_out,
 )
@@ -93,7 +94,7 @@ class TracesJob:
         except DecodeError as err:
             log.warning("skipping an undecodable event: %s", err)  # dead-lettered upstream
             return
-        if event.turn_id in self.recent:
+        if event.turn_id in self.recent or not joins(event):
             return
         key = event.turn_id.encode()
         pending = decode_pending(self.table.get(key))

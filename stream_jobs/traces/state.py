@@ -47,6 +47,12 @@ def decode_pending(raw: bytes | None) -> PendingTrace:
     return PendingTrace() if raw is None else _decoder.decode(raw)
 
 
+def joins(event: AnyEvent) -> bool:
+    """Whether the trace is made of this kind of event (others on its topics, such as a
+    barge-in's truncation, are kept by the events log instead)."""
+    return isinstance(event, TurnSubmitted | TurnEnriched | TurnAssembled | TurnCompleted)
+
+
 def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
     """Fold one event in; the trace when the turn is complete (then the row can go)."""
     match event:

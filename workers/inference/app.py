@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 from schemas.ids import now_ms
 from schemas.settings import Settings
-from schemas.topics import SAFETY_WINDOWS, WORKERS_METRICS, pool_topic
+from schemas.speech_segments import SegmenterConfig
+from schemas.topics import SAFETY_WINDOWS, TTS_SEGMENTS, WORKERS_METRICS, pool_topic
 from workers.inference.engine import Engine
 from workers.inference.image_budget import ImageBudget
 from workers.inference.image_cache import ImageCache
@@ -93,6 +94,11 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
                 for tier, policy in tier_policies(settings.safety_output_policy_by_tier).items()
             },
             windows_topic=clients.topic(SAFETY_WINDOWS),
+            speech_topic=clients.topic(TTS_SEGMENTS),
+            segments=SegmenterConfig(
+                min_chars=settings.tts_segment_min_chars,
+                max_chars=settings.tts_segment_max_chars,
+            ),
         ),
         clock_ms=now_ms,
     )

@@ -36,6 +36,7 @@ from schemas.events import (
     OutputWindow,
     SafetyVerdict,
     Screening,
+    SpeechText,
     TokenChunk,
     TurnAssembled,
     TurnCancelled,
@@ -44,6 +45,7 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.prefix import PrefixMemory, estimated_tokens, message_chain
+from schemas.speech_segments import SegmenterConfig
 from workers.inference.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.image_budget import Grant, ImageBudget
@@ -51,6 +53,7 @@ from workers.inference.output_guard import OutputGuard, SafetyStop
 from workers.inference.pixels import PixelLoader
 from workers.inference.progress import TurnProgress
 from workers.inference.replay import replay
+from workers.inference.speech_feed import SpeechFeed
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
@@ -68,6 +71,8 @@ class ServiceConfig:
     # per tier (the turn's, from admission) when it differs from `output_gate`
     tier_gates: Mapping[str, GateConfig | None] = field(default_factory=dict)
     windows_topic: str = ""  # Kafka safety.windows (when output_gate is set)
+    speech_topic: str = ""  # Kafka tts.segments: answers asked to be spoken go there
+    segments: SegmenterConfig = field(default_factory=SegmenterConfig)
 
     def gate_for(self, tier: str) -> GateConfig | None:
         return self.tier_gates.get(tier, self.output_gate)
@@ -103,6 +108,7 @@ class InferenceService:
         self._conversations = KeyedLocks()
         self._guards: dict[str, OutputGuard] = {}  # turns streaming under the safety check
         self._safety_stops: dict[str, SafetyStop] = {}  # turns the safety check stopped
+        self._background: set[asyncio.Task] = set()
         self.gauges = TurnGauges()  # queue depth and turns held, for the worker's metrics
         # prompts served lately, as many as the engine's cache holds: the router's hint
         self.prefixes = PrefixMemory(max_tokens=getattr(engine, "cache_tokens", None))
@@ -209,10 +215,17 @@ class InferenceService:
                     attempt=progress.attempt,
                 ),
             )
-            guard = self._guard(turn, progress, channel)
+            speech = self._speech_feed(turn, progress)
+            guard = self._guard(turn, progress, channel, speech)
             generation = asyncio.create_task(
                 self._generate(
-                    request, progress, channel, ticket, guard, cached_answer=assembled.cached_answer
+                    request,
+                    progress,
+                    channel,
+                    ticket,
+                    guard,
+                    speech=speech,
+                    cached_answer=assembled.cached_answer,
                 )
             )
             self._running[turn.turn_id] = generation
@@ -234,10 +247,35 @@ class InferenceService:
                 replacement=_replacement(guard, finish),
                 output_safety=guard.summary() if guard is not None else None,
                 screening=assembled.screening,
+                speech=speech,
             )
 
+    def _speech_feed(self, turn: TurnSubmitted, progress: TurnProgress) -> SpeechFeed | None:
+        """The feed that speaks this answer as it is shown (None: text only)."""
+        if turn.speech is None or not self.config.speech_topic:
+            return None
+
+        async def send(piece: SpeechText) -> None:
+            await self.producer.send(  # queued in order; delivery is not awaited
+                self.config.speech_topic, encode(piece), key=turn.turn_id.encode()
+            )
+
+        feed = SpeechFeed(
+            turn=turn,
+            speech=turn.speech,
+            attempt=progress.attempt,
+            segments=self.config.segments,
+            send=send,
+            clock_ms=self.clock_ms,
+        )
+        return feed
+
     def _guard(
-        self, turn: TurnSubmitted, progress: TurnProgress, channel: str
+        self,
+        turn: TurnSubmitted,
+        progress: TurnProgress,
+        channel: str,
+        speech: SpeechFeed | None = None,
     ) -> OutputGuard | None:
         """The safety check of this answer's stream (None when the check is off for it)."""
         gate = self.config.gate_for(turn.tier)
@@ -256,6 +294,8 @@ class InferenceService:
                     attempt=progress.attempt,
                 ),
             )
+            if speech is not None:
+                await speech.shown(text)
 
         async def send_window(window: Window) -> None:
             event = OutputWindow(
@@ -276,6 +316,9 @@ class InferenceService:
         def stop(how: SafetyStop) -> None:
             log.info("turn %s stopped by the safety check: %s", turn.turn_id, how.error.code)
             self._safety_stops[turn.turn_id] = how
+            if speech is not None:  # the TTS worker drops what it has queued of this answer
+                speech.halt()
+                self._stop_speech_elsewhere(turn, how.error.code)
             task = self._running.get(turn.turn_id)
             if task is not None:  # also from inside it: it ends cancelled at its next step
                 task.cancel()
@@ -291,6 +334,15 @@ class InferenceService:
         self._guards[turn.turn_id] = guard
         return guard
 
+    def _stop_speech_elsewhere(self, turn: TurnSubmitted, reason: str) -> None:
+        """Tell the TTS workers (control channel) to drop this answer's queued pieces."""
+        event = TurnCancelled(
+            turn_id=turn.turn_id, conversation_id=turn.conversation_id, reason=reason
+        )
+        task = asyncio.create_task(self.redis.publish(self.names.control_channel(), encode(event)))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _replay(self, turn: TurnSubmitted, recorded: bytes) -> bool:
         """A redelivered or retried turn is not generated again: its recorded outcome is
         relayed to the edge that asked (which may be another one than the first time).
@@ -305,6 +357,9 @@ class InferenceService:
         ):
             return False
         log.info("turn %s already answered; replaying its outcome", turn.turn_id)
+        speech = self._speech_feed(turn, TurnProgress(turn))
+        if speech is not None:  # its speech is not replayed: the edge must not wait for it
+            await speech.finish(FinishReason.CANCELLED)
         await self.relay.publish_confirmed(self.names.edge_channel(turn.edge_id), completed)
         return True
 
@@ -336,6 +391,7 @@ class InferenceService:
         ticket: Held | None = None,
         guard: OutputGuard | None = None,
         *,
+        speech: SpeechFeed | None = None,
         cached_answer: str = "",
     ):
         if cached_answer:  # the semantic cache answered: no engine, the same stream
@@ -343,7 +399,13 @@ class InferenceService:
                 ticket.started()
             nothing = await self.image_budget.acquire(0)  # no prefill to budget
             await self._stream(
-                request, progress, channel, nothing, guard, cached_answer=cached_answer
+                request,
+                progress,
+                channel,
+                nothing,
+                guard,
+                speech=speech,
+                cached_answer=cached_answer,
             )
             if guard is not None:
                 await guard.finish()
@@ -367,7 +429,7 @@ class InferenceService:
         self.prefixes.remember(message_chain(request.messages), prompt_tokens)
         self._prefilling[request.request_id] = prompt_tokens
         try:
-            await self._stream(request, progress, channel, grant, guard)
+            await self._stream(request, progress, channel, grant, guard, speech=speech)
         finally:
             grant.release()
             self._prefilling.pop(request.request_id, None)
@@ -383,6 +445,7 @@ class InferenceService:
         grant: Grant,
         guard: OutputGuard | None = None,
         *,
+        speech: SpeechFeed | None = None,
         cached_answer: str = "",
     ) -> None:
         source = replay(cached_answer) if cached_answer else self.engine.stream(request)
@@ -404,6 +467,8 @@ class InferenceService:
                         attempt=progress.attempt,
                     ),
                 )
+                if speech is not None:
+                    await speech.shown(delta.text)
 
     async def _finish(
         self,
@@ -414,6 +479,7 @@ class InferenceService:
         replacement: str | None = None,
         output_safety: OutputSafety | None = None,
         screening: Screening | None = None,
+        speech: SpeechFeed | None = None,
     ) -> None:
         """`replacement`: the text that stands for the answer instead of what was generated
         (a safety cut: the client shows it in place of the retracted text, and the history
@@ -428,6 +494,10 @@ class InferenceService:
             worker_id=self.config.worker_id,
             error=error,
         )
+        # Every spoken turn ends its speech, however it ends: the edge waits for that.
+        speech = speech or self._speech_feed(turn, progress)
+        if speech is not None:
+            await speech.finish(completed.finish_reason)
         if replacement is not None:
             completed = msgspec.structs.replace(completed, text=replacement)
         if output_safety is not None or screening is not None:

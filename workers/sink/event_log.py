@@ -26,6 +26,7 @@ from schemas.events import (
     TurnCompleted,
     TurnEnriched,
     TurnSubmitted,
+    TurnTruncated,
 )
 from workers.sink.rows import RowRejected, plausible_time
 
@@ -153,6 +154,18 @@ def _safety(e: SafetyVerdict) -> Facts:
     )
 
 
+def _truncated(e: TurnTruncated) -> Facts:
+    return Facts(
+        e.conversation_id,
+        e.tenant_id,
+        e.user_id,
+        e.truncated_at_ms,
+        step=90,
+        detail=f"{e.reason}:{e.truncation.audio_end_ms:.0f}ms",
+        text_bytes=_utf8(e.truncation.text),
+    )
+
+
 _FACTS: dict[type[Event], Callable[[Any], Facts]] = {
     TurnSubmitted: _submitted,
     TurnEnriched: _enriched,
@@ -160,6 +173,7 @@ _FACTS: dict[type[Event], Callable[[Any], Facts]] = {
     TurnCompleted: _completed,
     FeedbackGiven: _feedback,
     SafetyVerdict: _safety,
+    TurnTruncated: _truncated,
 }
 
 

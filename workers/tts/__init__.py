@@ -1,0 +1,1 @@
+"""Speech out: streamed text-to-speech (workers/tts)."""

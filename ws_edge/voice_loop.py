@@ -1,0 +1,135 @@
+"""The voice loop's end-pointing on a live microphone stream (pure: no model, no loop).
+
+The shell scores each 32 ms frame with Silero VAD; this decides what the scores mean:
+- speech starts when a frame reaches `threshold`, and counts once it lasts `min_speech_ms`
+  (a click is not a turn); it ends after `silence_ms` below `threshold - 0.15` (hysteresis,
+  so a wobbling score does not chop words);
+- the utterance's audio (with `pad_ms` before it) becomes the turn; before speech only the
+  last `pad_ms` is kept, so an open microphone holds no more than that between turns;
+- an utterance longer than `max_utterance_ms` ends there (a stream that never stops talking
+  still gets answered and holds bounded memory);
+- barge-in: speech over the assistant's voice interrupts it once it lasts `barge_in_ms`.
+  Shorter speech over the voice ("mm-hm", "yeah", ~200-500 ms) is a backchannel: it neither
+  interrupts nor becomes a turn. Duration is the rule because it is known while the user is
+  still talking (a transcript would come ~0.7 s too late to stop the voice in time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SAMPLE_RATE = 16_000
+FRAME_SAMPLES = 512
+FRAME_BYTES = FRAME_SAMPLES * 2
+FRAME_MS = 1000 * FRAME_SAMPLES / SAMPLE_RATE  # 32 ms
+
+
+@dataclass(frozen=True, slots=True)
+class VadRules:
+    threshold: float = 0.5
+    silence_ms: float = 500.0
+    min_speech_ms: float = 250.0
+    barge_in_ms: float = 600.0
+    pad_ms: float = 200.0
+    max_utterance_ms: float = 30_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    at_ms: float  # into the stream
+
+
+@dataclass(frozen=True, slots=True)
+class BargeIn:
+    at_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechEnded:
+    start_ms: float
+    end_ms: float
+    pcm: bytes  # the utterance, PCM16 16 kHz, with its leading pad
+    backchannel: bool  # short speech over the assistant's voice: neither a turn nor a barge-in
+
+    @property
+    def duration_ms(self) -> float:
+        return self.end_ms - self.start_ms
+
+
+VoiceEvent = SpeechStarted | BargeIn | SpeechEnded
+
+
+class VoiceLoop:
+    def __init__(self, rules: VadRules) -> None:
+        self.rules = rules
+        self._pending = bytearray()  # audio not scored yet (less than a frame, or waiting)
+        self._audio = bytearray()  # the utterance so far, or the pre-speech pad
+        self._frames = 0  # frames scored since the stream began
+        self._speech_start: int | None = None  # frame where speech began
+        self._last_speech = 0  # last frame scored as speech
+        self._confirmed = False  # lasted min_speech_ms: announced
+        self._barged = False
+        self._over_assistant = False
+
+    def append(self, pcm: bytes) -> bytes:
+        """Microphone audio in; the whole frames to score now (their bytes, in order)."""
+        self._pending += pcm
+        whole = len(self._pending) - len(self._pending) % FRAME_BYTES
+        frames, self._pending = bytes(self._pending[:whole]), self._pending[whole:]
+        return frames
+
+    def scored(
+        self, frames: bytes, probs: list[float], *, assistant_speaking: bool
+    ) -> list[VoiceEvent]:
+        """The frames `append` returned, with their speech probabilities."""
+        events: list[VoiceEvent] = []
+        rules = self.rules
+        for i, prob in enumerate(probs):
+            frame = frames[i * FRAME_BYTES : (i + 1) * FRAME_BYTES]
+            self._audio += frame
+            n = self._frames
+            self._frames += 1
+            if self._speech_start is None:
+                if prob >= rules.threshold:
+                    self._speech_start, self._last_speech = n, n
+                    self._over_assistant = assistant_speaking
+                else:
+                    keep = int(rules.pad_ms / FRAME_MS) * FRAME_BYTES
+                    del self._audio[: max(0, len(self._audio) - keep)]
+                continue
+            if prob >= rules.threshold - 0.15:
+                self._last_speech = n
+            spoken_ms = (self._last_speech - self._speech_start + 1) * FRAME_MS
+            if not self._confirmed and spoken_ms >= rules.min_speech_ms:
+                self._confirmed = True
+                events.append(SpeechStarted(self._speech_start * FRAME_MS))
+            over = self._confirmed and self._over_assistant and not self._barged
+            if over and spoken_ms >= rules.barge_in_ms:
+                self._barged = True
+                events.append(BargeIn(n * FRAME_MS))
+            silent_ms = (n - self._last_speech) * FRAME_MS
+            too_long = (n - self._speech_start + 1) * FRAME_MS >= rules.max_utterance_ms
+            if silent_ms >= rules.silence_ms or too_long:
+                events.extend(self._end(n))
+        return events
+
+    @property
+    def barged_in(self) -> bool:
+        """The current utterance interrupted the assistant."""
+        return self._barged
+
+    def _end(self, frame: int) -> list[VoiceEvent]:
+        start = self._speech_start
+        assert start is not None
+        ended = SpeechEnded(
+            start_ms=start * FRAME_MS,
+            end_ms=(self._last_speech + 1) * FRAME_MS,
+            pcm=bytes(self._audio),
+            backchannel=self._over_assistant and not self._barged,
+        )
+        self._audio.clear()
+        self._speech_start = None
+        confirmed, self._confirmed, self._barged = self._confirmed, False, False
+        if not confirmed:
+            return []  # a click: never announced, nothing to report
+        return [ended]
