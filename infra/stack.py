@@ -123,6 +123,7 @@ ROLES = (
     ServiceRole("inference worker", "workers.inference", "inference", 600, "vLLM: 20-45 s on CPU"),
     ServiceRole("preprocess worker", "workers.preprocess", "preprocess", 120, "VAD, ASR, images"),
     ServiceRole("safety worker", "workers.safety", "safety", 120, "checks answer windows"),
+    ServiceRole("tts worker", "workers.tts", "tts", 120, "speaks answers (piper, espeak-ng)"),
     ServiceRole("assembly job", "stream_jobs.assembly", "assembly", 120, "history, prompts"),
     ServiceRole("traces job", "stream_jobs.traces", "traces", 120, "joins turn events"),
     ServiceRole("clickhouse sink", "workers.sink", "sink", 120, "turns, traces → ClickHouse"),

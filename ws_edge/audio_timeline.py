@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+ROUNDING_MS = 1.0  # clients report whole or rounded milliseconds: the end of a piece is reached
+
 
 @dataclass(frozen=True, slots=True)
 class _Piece:
@@ -34,7 +36,7 @@ class AudioTimeline:
         out: list[str] = []
         for piece in self._pieces:
             end = piece.start_ms + piece.duration_ms
-            if audio_end_ms >= end:
+            if audio_end_ms >= end - ROUNDING_MS:
                 out.append(piece.text)
                 continue
             if audio_end_ms > piece.start_ms and piece.duration_ms > 0:

@@ -27,8 +27,12 @@ from ws_edge.messages import (
     Feedback,
     FeedbackRecorded,
     ImagePart,
+    InterruptTurn,
+    ResponseAudioDone,
     ResponseDone,
     SessionReady,
+    SessionUpdate,
+    SessionUpdated,
     TurnAccepted,
     encode_client,
     server_decoder,
@@ -147,15 +151,33 @@ class EdgeClient:
         assert isinstance(event, TurnAccepted), event
         return event.turn_id
 
-    async def events(self, turn_id: str, wait_s: float = 120.0) -> AsyncIterator[AnyServerEvent]:
-        """The turn's events up to and including `response.done`."""
+    async def events(
+        self, turn_id: str, wait_s: float = 120.0, *, speech: bool = False
+    ) -> AsyncIterator[AnyServerEvent]:
+        """The turn's events up to and including `response.done` (with `speech`: until both
+        `response.done` and `response.audio.done` came, in whichever order)."""
         queue = self._turns[turn_id]
+        ends: set[type] = {ResponseDone, ResponseAudioDone} if speech else {ResponseDone}
         while True:
             event = await asyncio.wait_for(queue.get(), wait_s)
             yield event
-            if isinstance(event, ResponseDone):
+            ends.discard(type(event))
+            if not ends:
                 del self._turns[turn_id]
                 return
+
+    async def update_session(self, **settings) -> SessionUpdated:
+        """Change the session's settings (`speech`, `turn_detection`); the edge's answer."""
+        await self.send(SessionUpdate(**settings))
+        while True:
+            event = await self.next_event()
+            if isinstance(event, SessionUpdated):
+                return event
+            if isinstance(event, ErrorEvent):
+                raise TurnRejected(event)
+
+    async def interrupt(self, turn_id: str, audio_end_ms: float | None = None) -> None:
+        await self.send(InterruptTurn(turn_id=turn_id, audio_end_ms=audio_end_ms))
 
     async def ask(self, conversation_id: str, text: str, **options) -> ResponseDone:
         turn_id = await self.start_turn(conversation_id, text, **options)

@@ -19,6 +19,8 @@ from workers.preprocess.app import run_preprocessor
 from workers.preprocess.service import PreprocessService
 from workers.runtime.running import RunningService
 from workers.safety.app import run_safety_worker
+from workers.tts.app import run_tts_worker
+from workers.tts.service import TtsService
 from ws_edge.auth import mint_token
 from ws_edge.server import EdgeServer
 
@@ -30,6 +32,7 @@ class Pipeline:
     worker: RunningWorker
     engine: Engine
     preprocess: RunningService[PreprocessService] | None = None
+    tts: RunningService[TtsService] | None = None
 
     @property
     def url(self) -> str:
@@ -75,10 +78,16 @@ def running_assembly(settings: Settings, **env: str):
 
 @contextlib.asynccontextmanager
 async def pipeline(
-    settings: Settings, engine: Engine, *, with_assembly: bool = True, with_safety: bool = True
+    settings: Settings,
+    engine: Engine,
+    *,
+    with_assembly: bool = True,
+    with_safety: bool = True,
+    with_tts: bool = False,
 ) -> AsyncIterator[Pipeline]:
     """`with_assembly=False`: the caller runs (and restarts) the assembly job itself.
-    `with_safety=False`: no safety worker answers the output check (it is down)."""
+    `with_safety=False`: no safety worker answers the output check (it is down).
+    `with_tts`: a TTS worker speaks the answers that ask for speech."""
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     checks_output = with_safety and settings.safety_output_policy != "off"
     async with (
@@ -86,11 +95,12 @@ async def pipeline(
         run_safety_worker(settings) if checks_output else contextlib.nullcontext(),
         run_worker(settings, engine) as worker,
         run_preprocessor(settings) as preprocess,
+        run_tts_worker(settings) if with_tts else contextlib.nullcontext() as tts,
     ):
         edge = EdgeServer(settings)
         await edge.start()
         assert await edge.publisher.wait_connected(30), "edge could not reach Kafka"
         try:
-            yield Pipeline(settings, edge, worker, engine, preprocess)
+            yield Pipeline(settings, edge, worker, engine, preprocess, tts)
         finally:
             await edge.stop()

@@ -1,0 +1,181 @@
+"""Speech out and barge-in on the real pipeline (Kafka, Redis, the preprocessing worker with
+VAD and Whisper, the TTS worker with piper and espeak-ng, the fake engine, which echoes the
+question): spoken answers transcribe back to their text; an interrupt stops generation and
+speech and the history keeps only what was heard; the voice loop answers utterances, lets a
+backchannel pass and stops the assistant when the user talks over it."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import uuid
+
+import numpy as np
+import pytest
+
+from schemas.events import FinishReason, Role
+from schemas.settings import Settings
+from tests.support.factories import new_conversation_id as conv
+from tests.support.kafka import assembled_prompt
+from tests.support.media import espeak_wav, pcm16, quiet_room, words
+from tests.support.stack import pipeline
+from workers.inference.fake_engine import FakeEngine
+from workers.preprocess.asr import WhisperTranscriber
+from workers.preprocess.audio_decode import decode_audio, decode_pcm16
+from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment
+from ws_edge.client import EdgeClient, audio_part
+from ws_edge.messages import (
+    InputSpeechStarted,
+    InputSpeechStopped,
+    InputTranscript,
+    ResponseAudio,
+    ResponseAudioDone,
+    ResponseDelta,
+    ResponseDone,
+    ResponseTruncated,
+    SpeechOptions,
+    TurnAccepted,
+    TurnDetection,
+)
+
+pytestmark = pytest.mark.integration
+
+LONG_QUESTION = " ".join(f"Tell me about city number {i}." for i in range(12))
+
+
+@contextlib.asynccontextmanager
+async def stack(token_interval_s: float = 0.02):
+    engine = FakeEngine(token_interval_s=token_interval_s)
+    settings = Settings.from_env(
+        namespace=f"speech-{uuid.uuid4().hex[:6]}", edge_port=0, safety_output_policy="off"
+    )
+    async with (
+        pipeline(settings, engine, with_tts=True) as running,
+        EdgeClient.connect(running.url, running.token()) as client,
+    ):
+        yield running, engine, client
+
+
+def speech_16k(text: str) -> np.ndarray:
+    return decode_audio(espeak_wav(text), max_seconds=30, max_bytes=10_000_000)
+
+
+def transcribe(pcm: bytes, sample_rate: int) -> str:
+    clip = decode_pcm16(pcm, sample_rate, max_seconds=120, max_bytes=50_000_000)
+    whisper = WhisperTranscriber(cpu_threads=2)
+    return whisper.transcribe(clip, [SpeechSegment(0.0, len(clip) / SAMPLE_RATE)]).text
+
+
+async def collect(client: EdgeClient, turn_id: str) -> list:
+    return [e async for e in client.events(turn_id, speech=True)]
+
+
+async def test_a_spoken_question_gets_a_spoken_answer_that_says_its_text():
+    async with stack() as (_, _, client):
+        question = audio_part(espeak_wav("What is the capital of France?"))
+        turn_id = await client.start_turn(
+            conv(), "", parts=[question], speech=SpeechOptions("joe")
+        )
+        events = await collect(client, turn_id)
+    transcript = next(e for e in events if isinstance(e, InputTranscript))
+    assert {"capital", "france"} <= set(words(transcript.text))
+    done = next(e for e in events if isinstance(e, ResponseDone))
+    audio = [e for e in events if isinstance(e, ResponseAudio)]
+    assert [a.index for a in audio] == list(range(len(audio)))
+    assert len(audio) >= 2  # cut into pieces, not spoken in one go at the end
+    assert "".join(a.text for a in audio) == done.text  # every character spoken, in order
+    assert all(a.char_start == len("".join(b.text for b in audio[: a.index])) for a in audio)
+    assert isinstance(events[-1], ResponseAudioDone) and events[-1].reason == "completed"
+    assert {a.sample_rate for a in audio} == {22050}
+    pcm = b"".join(base64.b64decode(a.audio) for a in audio)
+    assert sum(a.duration_ms for a in audio) == pytest.approx(len(pcm) / 2 / 22.05, rel=1e-3)
+    heard = set(words(transcribe(pcm, 22050)))
+    said = words(done.text)
+    assert len([w for w in said if w in heard]) >= 0.7 * len(said), (heard, said)
+
+
+async def test_an_interrupt_stops_generation_and_speech_and_truncates_the_history():
+    async with stack(token_interval_s=0.05) as (running, engine, client):
+        conversation = conv()
+        turn_id = await client.start_turn(
+            conversation, LONG_QUESTION, speech=SpeechOptions("espeak")
+        )
+        events = []
+        async for event in client.events(turn_id, speech=True):
+            events.append(event)
+            if isinstance(event, ResponseAudio):
+                first = event
+                # the user heard exactly the first piece, then talked over the rest
+                await client.interrupt(turn_id, audio_end_ms=first.duration_ms)
+                events.append("interrupted")
+                break
+        events += [e async for e in client.events(turn_id, speech=True)]
+        after = events[events.index("interrupted") + 1 :]
+        assert not any(isinstance(e, ResponseAudio) for e in after)
+        stop = next(e for e in after if isinstance(e, ResponseAudioDone))
+        assert stop.reason == "interrupted"
+        truncated = next(e for e in after if isinstance(e, ResponseTruncated))
+        assert truncated.text == first.text and truncated.audio_end_ms == first.duration_ms
+        done = next(e for e in after if isinstance(e, ResponseDone))
+        assert done.finish_reason == FinishReason.CANCELLED  # generation stopped mid-answer
+        assert turn_id in engine.aborted
+        shown = "".join(e.text for e in events if isinstance(e, ResponseDelta))
+        assert len(shown) < len(f"You said: {LONG_QUESTION}")
+
+        next_turn = await client.start_turn(conversation, "Go on.")
+        async for _ in client.events(next_turn):
+            pass
+        prompt = await assembled_prompt(running.settings, next_turn)
+    answers = [m.content for m in prompt.messages if m.role == Role.ASSISTANT]
+    assert answers == [first.text.rstrip()]  # the history keeps only what was heard
+
+
+async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talked_over():
+    async with stack(token_interval_s=0.05) as (_, engine, client):
+        conversation = conv()
+        updated = await client.update_session(
+            speech=SpeechOptions("espeak"),
+            turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
+        )
+        assert updated.speech == SpeechOptions("espeak") and "joe" in updated.voices
+        utterance = np.concatenate(
+            [quiet_room(0.5), speech_16k(LONG_QUESTION), quiet_room(1.0)]
+        )
+        await client.append_audio("mic", pcm16(utterance))
+        started = await client.next_event()
+        assert isinstance(started, InputSpeechStarted) and started.stream_id == "mic"
+        accepted = await client.next_event()
+        assert isinstance(accepted, TurnAccepted)
+        turn_id = accepted.turn_id
+        events = []
+        async for event in client.events(turn_id, speech=True):
+            events.append(event)
+            if isinstance(event, ResponseAudio):
+                break
+        stopped = events[0]
+        assert isinstance(stopped, InputSpeechStopped) and stopped.turn_id == turn_id
+
+        # "uh-huh" over the assistant's voice: a backchannel, the answer goes on
+        backchannel = np.concatenate([speech_16k("uh-huh"), quiet_room(0.8)])
+        await client.append_audio("mic", pcm16(backchannel))
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        ignored = await client.next_event()
+        assert isinstance(ignored, InputSpeechStopped) and ignored.ignored == "backchannel"
+        assert turn_id not in engine.aborted
+
+        # a real sentence over it: barge-in, the answer stops and the sentence is the next turn
+        sentence = speech_16k("Wait, stop. What is the capital of Spain?")
+        barge = np.concatenate([sentence, quiet_room(1.0)])
+        await client.append_audio("mic", pcm16(barge))
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        events += [e async for e in client.events(turn_id, speech=True)]
+        truncated = next(e for e in events if isinstance(e, ResponseTruncated))
+        done = next(e for e in events if isinstance(e, ResponseDone))
+        assert done.finish_reason == FinishReason.CANCELLED  # stopped while generating
+        assert done.text.startswith(truncated.text)
+        assert next(e for e in events if isinstance(e, ResponseAudioDone)).reason == "interrupted"
+        accepted = await client.next_event()
+        assert isinstance(accepted, TurnAccepted)
+        rest = [e async for e in client.events(accepted.turn_id, speech=True)]
+    transcript = next(e for e in rest if isinstance(e, InputTranscript))
+    assert {"stop", "capital"} <= set(words(transcript.text))

@@ -1,0 +1,199 @@
+"""The voice loop's end-pointing: synthetic frames with chosen VAD scores, exact events."""
+
+from __future__ import annotations
+
+from ws_edge.voice_loop import (
+    FRAME_BYTES,
+    FRAME_MS,
+    BargeIn,
+    SpeechEnded,
+    SpeechStarted,
+    VadRules,
+    VoiceLoop,
+)
+
+SPEECH = 0.9
+SILENCE = 0.0
+
+
+def frame(n: int) -> bytes:
+    """Frame number `n` of the stream: its bytes say which frame it is."""
+    return bytes([n % 251]) * FRAME_BYTES
+
+
+def frames(first: int, count: int) -> bytes:
+    return b"".join(frame(n) for n in range(first, first + count))
+
+
+class Mic:
+    """Feeds a loop numbered frames through `append`, then `scored`."""
+
+    def __init__(self, rules: VadRules | None = None) -> None:
+        self.loop = VoiceLoop(rules or VadRules())
+        self.n = 0  # frames fed so far
+
+    def feed(self, probs: list[float], *, speaking: bool = False):
+        pcm = frames(self.n, len(probs))
+        whole = self.loop.append(pcm)
+        assert whole == pcm
+        self.n += len(probs)
+        return self.loop.scored(whole, probs, assistant_speaking=speaking)
+
+
+def test_frame_is_32_ms_of_16_khz_pcm16():
+    assert FRAME_BYTES == 1024
+    assert FRAME_MS == 32.0
+
+
+def test_append_returns_whole_frames_only_and_keeps_the_remainder():
+    loop = VoiceLoop(VadRules())
+    assert loop.append(b"\x01" * 100) == b""
+    first = loop.append(b"\x01" * (FRAME_BYTES - 100) + b"\x02" * 10)
+    assert first == b"\x01" * FRAME_BYTES
+    second = loop.append(b"\x03" * (2 * FRAME_BYTES))
+    assert second == b"\x02" * 10 + b"\x03" * (2 * FRAME_BYTES - 10)
+    assert len(second) == 2 * FRAME_BYTES
+    # 10 bytes of \x03 are left over for the next call
+    assert loop.append(b"\x04" * (FRAME_BYTES - 10)) == b"\x03" * 10 + b"\x04" * (FRAME_BYTES - 10)
+    assert loop.append(b"") == b""
+
+
+def test_silence_produces_no_events():
+    mic = Mic()
+    assert mic.feed([SILENCE] * 200) == []
+
+
+def test_speech_is_confirmed_only_after_min_speech_ms():
+    mic = Mic()
+    assert mic.feed([SILENCE] * 10) == []
+    # 7 frames = 224 ms < 250 ms: not yet a turn
+    assert mic.feed([SPEECH] * 7) == []
+    # the 8th frame makes 256 ms: announced, with the time speech began
+    assert mic.feed([SPEECH]) == [SpeechStarted(at_ms=320.0)]
+    assert mic.feed([SPEECH] * 20) == []  # announced once
+
+
+def test_a_click_shorter_than_min_speech_produces_no_events():
+    mic = Mic()
+    events = mic.feed([SILENCE] * 10 + [SPEECH] * 3 + [SILENCE] * 40)
+    assert events == []
+    # the click's audio is not carried into the next utterance: only the pad is
+    events = mic.feed([SPEECH] * 10 + [SILENCE] * 16)  # speech at frames 53..62
+    assert events == [
+        SpeechStarted(at_ms=53 * 32.0),
+        SpeechEnded(
+            start_ms=53 * 32.0,
+            end_ms=63 * 32.0,
+            pcm=frames(47, 6 + 10 + 16),
+            backchannel=False,
+        ),
+    ]
+
+
+def test_speech_ends_after_silence_ms_with_the_pad_before_it():
+    mic = Mic()
+    events = mic.feed([SILENCE] * 10 + [SPEECH] * 10 + [SILENCE] * 15)
+    assert events == [SpeechStarted(at_ms=320.0)]  # 15 x 32 = 480 ms < 500 ms of silence
+    [ended] = mic.feed([SILENCE])  # 16 x 32 = 512 ms
+    # pad: int(200 / 32) = 6 frames (4..9) before speech (10..19), then the silence (20..35)
+    assert ended == SpeechEnded(start_ms=320.0, end_ms=640.0, pcm=frames(4, 32), backchannel=False)
+    assert ended.duration_ms == 320.0
+    assert len(ended.pcm) == 32 * FRAME_BYTES
+    assert ended.pcm[: 6 * FRAME_BYTES] == frames(4, 6)  # the pad
+    assert ended.pcm[6 * FRAME_BYTES : 16 * FRAME_BYTES] == frames(10, 10)  # the speech
+
+
+def test_pad_shorter_than_the_silence_before_speech():
+    mic = Mic(VadRules(pad_ms=100.0))  # int(100 / 32) = 3 frames
+    mic.feed([SILENCE] * 10 + [SPEECH] * 10)
+    [ended] = mic.feed([SILENCE] * 16)
+    assert ended.pcm == frames(7, 3 + 10 + 16)
+
+
+def test_hysteresis_keeps_speech_going_between_threshold_less_015_and_threshold():
+    mic = Mic()
+    # speech 0..9, then 20 frames at 0.4 (below 0.5 but above 0.35): still speech
+    events = mic.feed([SPEECH] * 10 + [0.4] * 20 + [SILENCE] * 15)
+    assert events == [SpeechStarted(at_ms=0.0)]
+    [ended] = mic.feed([SILENCE])
+    assert (ended.start_ms, ended.end_ms) == (0.0, 30 * 32.0)
+
+
+def test_below_the_hysteresis_band_is_silence():
+    mic = Mic()
+    events = mic.feed([SPEECH] * 10 + [0.3] * 16)
+    assert events == [
+        SpeechStarted(at_ms=0.0),
+        SpeechEnded(start_ms=0.0, end_ms=320.0, pcm=frames(0, 26), backchannel=False),
+    ]
+
+
+def test_hysteresis_does_not_start_speech():
+    mic = Mic()
+    assert mic.feed([0.45] * 100) == []
+
+
+def test_max_utterance_forces_an_end_and_the_stream_goes_on():
+    mic = Mic(VadRules(max_utterance_ms=640.0))  # 20 frames
+    events = mic.feed([SPEECH] * 19)
+    assert events == [SpeechStarted(at_ms=0.0)]
+    events = mic.feed([SPEECH])
+    assert events == [SpeechEnded(start_ms=0.0, end_ms=640.0, pcm=frames(0, 20), backchannel=False)]
+    # still talking: a new utterance starts at once (frame 20), announced after 8 frames
+    assert mic.feed([SPEECH] * 7) == []
+    assert mic.feed([SPEECH]) == [SpeechStarted(at_ms=640.0)]
+
+
+def test_barge_in_over_the_assistant_after_barge_in_ms():
+    mic = Mic()
+    assert mic.feed([SILENCE] * 6, speaking=True) == []
+    events = mic.feed([SPEECH] * 18, speaking=True)  # 18 x 32 = 576 ms < 600 ms
+    assert events == [SpeechStarted(at_ms=192.0)]
+    assert not mic.loop.barged_in
+    events = mic.feed([SPEECH], speaking=True)  # 19 x 32 = 608 ms
+    assert events == [BargeIn(at_ms=24 * 32.0)]
+    assert mic.loop.barged_in
+    assert mic.feed([SPEECH] * 40, speaking=True) == []  # exactly one BargeIn
+    events = mic.feed([SILENCE] * 16, speaking=True)
+    assert events == [
+        SpeechEnded(
+            start_ms=192.0, end_ms=(6 + 59) * 32.0, pcm=frames(0, 6 + 59 + 16), backchannel=False
+        )
+    ]
+    assert not mic.loop.barged_in  # reset for the next utterance
+
+
+def test_short_speech_over_the_assistant_is_a_backchannel():
+    mic = Mic()
+    events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 16, speaking=True)
+    assert events == [
+        SpeechStarted(at_ms=192.0),
+        SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 6 + 12 + 16), backchannel=True),
+    ]
+    assert not any(isinstance(e, BargeIn) for e in events)
+
+
+def test_speech_without_the_assistant_never_barges_in():
+    mic = Mic()
+    events = mic.feed([SPEECH] * 100 + [SILENCE] * 16, speaking=False)
+    assert [type(e) for e in events] == [SpeechStarted, SpeechEnded]
+    assert events[1].backchannel is False
+    assert events[1].end_ms == 100 * 32.0
+
+
+def test_whether_the_assistant_speaks_is_taken_when_speech_starts():
+    mic = Mic()
+    mic.feed([SPEECH] * 2, speaking=False)
+    # the assistant starts talking after the user did: not a barge-in
+    events = mic.feed([SPEECH] * 30 + [SILENCE] * 16, speaking=True)
+    assert [type(e) for e in events] == [SpeechStarted, SpeechEnded]
+    assert events[1].backchannel is False
+
+
+def test_long_silence_keeps_at_most_the_pad():
+    mic = Mic()
+    assert mic.feed([SILENCE] * 5000) == []
+    events = mic.feed([SPEECH] * 10 + [SILENCE] * 16)
+    [_, ended] = events
+    assert len(ended.pcm) == (6 + 10 + 16) * FRAME_BYTES
+    assert ended.pcm == frames(5000 - 6, 6 + 10 + 16)
