@@ -85,7 +85,14 @@ from ws_edge.messages import (
     TurnDetection,
     client_decoder,
 )
-from ws_edge.voice_loop import BargeIn, SpeechEnded, SpeechStarted, VadRules, VoiceLoop
+from ws_edge.voice_loop import (
+    BargeIn,
+    SpeechEnded,
+    SpeechStarted,
+    VadRules,
+    VoiceEvent,
+    VoiceLoop,
+)
 
 MAX_AUTH_FAILURES = 3
 MAX_PLAYED = 4  # spoken answers kept interruptible after their last frame
@@ -521,6 +528,7 @@ class Session:
         if isinstance(message, SessionUpdate):
             return self._update(message)
         if isinstance(message, InterruptTurn):
+            self._speaking()  # forgets answers that finished playing: nothing left to cut
             route = self._routes.get(message.turn_id) or self._played.get(message.turn_id)
             if route is None:
                 raise UnknownTurn(f"no open turn {message.turn_id!r} in this session")
@@ -666,19 +674,25 @@ class Session:
         actions: list[Action] = []
         speaking = self._speaking()
         for event in loop.scored(frames, probs, assistant_speaking=bool(speaking)):
-            match event:
-                case SpeechStarted(at_ms):
-                    actions.append(Send(InputSpeechStarted(stream_id, at_ms)))
-                case BargeIn():
-                    for turn_id, route in self._speaking():
-                        actions += self._interrupt(turn_id, route, None, "barge_in")
-                case SpeechEnded() if event.backchannel:
-                    actions.append(
-                        Send(InputSpeechStopped(stream_id, event.end_ms, ignored="backchannel"))
-                    )
-                case SpeechEnded():
-                    actions += self._utterance_turn(detection, event)
+            # each event on its own: a refused utterance must not drop a barge-in's actions
+            actions += self._answering_errors(self._voice_event, (stream_id, detection, event))
         return actions
+
+    def _voice_event(self, args: tuple[str, TurnDetection, VoiceEvent]) -> list[Action]:
+        stream_id, detection, event = args
+        match event:
+            case SpeechStarted(at_ms):
+                return [Send(InputSpeechStarted(stream_id, at_ms))]
+            case BargeIn():
+                actions: list[Action] = []
+                for turn_id, route in self._speaking():
+                    actions += self._interrupt(turn_id, route, None, "barge_in")
+                return actions
+            case SpeechEnded() if event.backchannel:
+                return [Send(InputSpeechStopped(stream_id, event.end_ms, ignored="backchannel"))]
+            case SpeechEnded():
+                return self._utterance_turn(detection, event)
+        return []
 
     def _utterance_turn(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action]:
         """An utterance of the voice loop becomes a turn, like a `turn.create` with audio."""

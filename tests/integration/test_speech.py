@@ -73,9 +73,7 @@ async def collect(client: EdgeClient, turn_id: str) -> list:
 async def test_a_spoken_question_gets_a_spoken_answer_that_says_its_text():
     async with stack() as (_, _, client):
         question = audio_part(espeak_wav("What is the capital of France?"))
-        turn_id = await client.start_turn(
-            conv(), "", parts=[question], speech=SpeechOptions("joe")
-        )
+        turn_id = await client.start_turn(conv(), "", parts=[question], speech=SpeechOptions("joe"))
         events = await collect(client, turn_id)
     transcript = next(e for e in events if isinstance(e, InputTranscript))
     assert {"capital", "france"} <= set(words(transcript.text))
@@ -138,9 +136,7 @@ async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talke
             turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
         )
         assert updated.speech == SpeechOptions("espeak") and "joe" in updated.voices
-        utterance = np.concatenate(
-            [quiet_room(0.5), speech_16k(LONG_QUESTION), quiet_room(1.0)]
-        )
+        utterance = np.concatenate([quiet_room(0.5), speech_16k(LONG_QUESTION), quiet_room(1.0)])
         await client.append_audio("mic", pcm16(utterance))
         started = await client.next_event()
         assert isinstance(started, InputSpeechStarted) and started.stream_id == "mic"

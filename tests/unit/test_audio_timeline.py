@@ -70,6 +70,14 @@ def test_mid_second_piece_adds_its_whole_words():
     assert timeline(*TWO).heard(1250.0) == "Hello there, how "
 
 
+def test_a_piece_counts_as_heard_within_a_millisecond_of_its_end():
+    # clients report whole or rounded milliseconds (ROUNDING_MS = 1)
+    t = timeline(*TWO)
+    assert t.heard(999.0) == "Hello there, "
+    assert t.heard(998.9) == "Hello there,"  # 12 of 13 characters: the cut is on the space
+    assert t.heard(1499.0) == "Hello there, how are you?"
+
+
 def test_beyond_the_end_everything_is_heard():
     assert timeline(*TWO).heard(10_000.0) == "Hello there, how are you?"
 
@@ -78,7 +86,7 @@ def test_cjk_without_spaces_keeps_characters_proportionally():
     t = timeline(("你好世界。", 500.0))
     assert t.heard(200.0) == "你好"
     assert t.heard(300.0) == "你好世"
-    assert t.heard(499.0) == "你好世界"
+    assert t.heard(450.0) == "你好世界"
     assert t.heard(500.0) == "你好世界。"
 
 

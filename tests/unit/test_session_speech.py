@@ -540,7 +540,7 @@ def test_a_click_on_the_mic_is_not_a_turn():
 
 
 def test_voice_activity_for_another_stream_or_after_detection_off_is_ignored():
-    session, _, mic = listening()
+    session, _, _ = listening()
     pcm = numbered(0, 20)
     assert session.voice_activity("other", pcm, [0.9] * 20) == []
     assert update(session, turn_detection=None) == [Send(SessionUpdated(None, None, VOICES))]

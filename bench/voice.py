@@ -1,0 +1,259 @@
+"""Voice-to-voice latency on CPU, hop by hop, and how fast a barge-in stops an answer.
+
+The whole pipeline runs in-process (edge with the voice loop → Kafka → preprocess: VAD and
+Whisper → assembly → inference with the fake engine at a fixed token rate → TTS worker →
+edge). A client streams a spoken question (espeak-ng) in real time, 20 ms per message, then
+silence, as a microphone would. From the moment the user's speech ends it times, at the
+client: `input.speech_stopped` (end-pointing: the VAD's silence rule), `input.transcript`
+(ASR and its Kafka hops), `response.started` (prompt assembly, routing), the first
+`response.delta` (first token), the first `response.audio` (first piece of ~10-20
+characters plus its synthesis). Each voice (piper "joe", espeak-ng) is one run; the
+baseline in the same run is the first *text* of the same answer (first audio / first text
+is what speaking costs).
+
+Barge-in: while an answer streams and speaks, the client sends `turn.interrupt`; it times
+`response.audio.done` (no more audio will come: the edge dropped what was queued) and
+`response.done` (generation stopped: the engine aborted), and counts audio frames after the
+interrupt (must be 0).
+
+    python -m bench.voice                 # 10 questions and 10 barge-ins per voice (~3 min)
+    python -m bench.voice --turns 20 --token-ms 20
+
+Prints a table; writes bench/results/voice.{json,png} and bench/figures/voice.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import time
+import uuid
+
+import numpy as np
+import uvloop
+
+from bench.stats import percentile
+from infra.stack import REPO
+from schemas.settings import Settings
+from tests.support.media import espeak_wav, pcm16, quiet_room
+from tests.support.stack import pipeline
+from workers.inference.fake_engine import FakeEngine
+from workers.preprocess.audio_decode import decode_audio
+from ws_edge.client import EdgeClient
+from ws_edge.messages import (
+    InputSpeechStopped,
+    InputTranscript,
+    ResponseAudio,
+    ResponseAudioDone,
+    ResponseDelta,
+    ResponseDone,
+    ResponseStarted,
+    SpeechOptions,
+    TurnAccepted,
+    TurnDetection,
+)
+
+RESULTS = REPO / "bench" / "results"
+VOICES = ("joe", "espeak")
+QUESTION = "What is the capital of France?"
+LONG = " ".join(f"Tell me about city number {i}." for i in range(20))
+CHUNK_MS = 20
+HOPS = ("endpointing", "asr", "prompt", "first_token", "first_audio")
+
+
+def progress(text: str) -> None:
+    print(f"  {text}", file=sys.stderr, flush=True)
+
+
+async def stream_realtime(client: EdgeClient, stream_id: str, pcm: bytes) -> float:
+    """Send `pcm` as a microphone would (one 20 ms message every 20 ms); returns the wall
+    time (perf_counter) when the last byte was sent."""
+    step = 16 * CHUNK_MS * 2  # bytes of 16 kHz PCM16 per message
+    start = time.perf_counter()
+    for i, offset in enumerate(range(0, len(pcm), step)):
+        await client.append_audio(stream_id, pcm[offset : offset + step], chunk_bytes=step)
+        delay = start + (i + 1) * CHUNK_MS / 1000 - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    return time.perf_counter()
+
+
+async def voice_turn(client: EdgeClient, speech: np.ndarray) -> dict[str, float]:
+    """One spoken question; milliseconds from the end of speech to each event."""
+    silence = quiet_room(1.0)
+    speech_pcm, tail = pcm16(speech), pcm16(silence)
+    await stream_realtime(client, "mic", pcm16(quiet_room(0.3)))
+    speech_end = await stream_realtime(client, "mic", speech_pcm)
+    sending = asyncio.ensure_future(stream_realtime(client, "mic", tail))
+    marks: dict[str, float] = {}
+    while True:  # speech_started, then turn.accepted
+        accepted = await client.next_event()
+        if isinstance(accepted, TurnAccepted):
+            break
+    async for event in client.events(accepted.turn_id, speech=True):
+        now = (time.perf_counter() - speech_end) * 1000
+        kind = {
+            InputSpeechStopped: "endpointing",
+            InputTranscript: "asr",
+            ResponseStarted: "prompt",
+            ResponseDelta: "first_token",
+            ResponseAudio: "first_audio",
+        }.get(type(event))
+        if kind is not None:
+            marks.setdefault(kind, now)
+    await sending
+    return marks
+
+
+async def barge_in(client: EdgeClient, voice: str) -> dict[str, float]:
+    turn_id = await client.start_turn(
+        f"c-{uuid.uuid4().hex[:8]}", LONG, speech=SpeechOptions(voice)
+    )
+    sent = None
+    out = {"audio_after": 0.0}
+    async for event in client.events(turn_id, speech=True):
+        now = time.perf_counter()
+        if isinstance(event, ResponseAudio):
+            if sent is None:
+                sent = now
+                await client.interrupt(turn_id)
+            else:
+                out["audio_after"] += 1
+        if sent is not None and isinstance(event, ResponseAudioDone):
+            out["audio_stopped_ms"] = (now - sent) * 1000
+        if sent is not None and isinstance(event, ResponseDone):
+            out["generation_stopped_ms"] = (now - sent) * 1000
+            out["cancelled"] = float(event.finish_reason == "cancelled")
+    return out
+
+
+async def run_voice(voice: str, args: argparse.Namespace, speech: np.ndarray) -> dict:
+    settings = Settings.from_env(
+        namespace=f"bench-voice-{voice}-{uuid.uuid4().hex[:6]}",
+        edge_port=0,
+        safety_output_policy="off",
+    )
+    engine = FakeEngine(token_interval_s=args.token_ms / 1000)
+    turns, barges = [], []
+    async with (
+        pipeline(settings, engine, with_tts=True) as running,
+        EdgeClient.connect(running.url, running.token()) as client,
+    ):
+        conversation = f"c-{uuid.uuid4().hex[:8]}"
+        await client.update_session(
+            speech=SpeechOptions(voice),
+            turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
+        )
+        await voice_turn(client, speech)  # warm up: models loaded, topics assigned
+        for i in range(args.turns):
+            progress(f"{voice}: spoken question {i + 1}/{args.turns}")
+            turns.append(await voice_turn(client, speech))
+        await client.update_session(turn_detection=None)
+        for i in range(args.turns):
+            progress(f"{voice}: barge-in {i + 1}/{args.turns}")
+            barges.append(await barge_in(client, voice))
+    return {"turns": turns, "barge_ins": barges}
+
+
+def summary(results: dict[str, dict]) -> list[dict]:
+    rows = []
+    for voice, r in results.items():
+        row: dict = {"voice": voice}
+        previous = [0.0] * len(r["turns"])
+        for hop in HOPS:
+            at = [t[hop] for t in r["turns"]]
+            row[f"{hop}_p50_ms"] = percentile(at, 50)
+            row[f"{hop}_p99_ms"] = percentile(at, 99)
+            gaps = [a - p for a, p in zip(at, previous, strict=True)]
+            row[f"{hop}_hop_p50_ms"] = percentile(gaps, 50)
+            previous = at
+        row["audio_vs_text"] = row["first_audio_p50_ms"] / row["first_token_p50_ms"]
+        b = r["barge_ins"]
+        row["barge_audio_p50_ms"] = percentile([x["audio_stopped_ms"] for x in b], 50)
+        row["barge_audio_p99_ms"] = percentile([x["audio_stopped_ms"] for x in b], 99)
+        row["barge_generation_p50_ms"] = percentile([x["generation_stopped_ms"] for x in b], 50)
+        row["barge_generation_p99_ms"] = percentile([x["generation_stopped_ms"] for x in b], 99)
+        row["audio_frames_after_interrupt"] = sum(x["audio_after"] for x in b)
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print("voice-to-voice, ms after the end of the user's speech (p50 / p99), hop p50 in ()")
+    print(f"{'voice':>7} " + " ".join(f"{h:>22}" for h in HOPS) + f" {'audio/text':>10}")
+    for r in rows:
+        cells = " ".join(
+            f"{r[f'{h}_p50_ms']:>6.0f}/{r[f'{h}_p99_ms']:>6.0f} ({r[f'{h}_hop_p50_ms']:>5.0f})"
+            for h in HOPS
+        )
+        print(f"{r['voice']:>7} {cells} {r['audio_vs_text']:>10.2f}")
+    print("barge-in, ms after turn.interrupt (p50 / p99)")
+    print(f"{'voice':>7} {'audio stopped':>16} {'generation stopped':>20} {'frames after':>13}")
+    for r in rows:
+        print(
+            f"{r['voice']:>7} {r['barge_audio_p50_ms']:>7.1f}/{r['barge_audio_p99_ms']:>7.1f} "
+            f"{r['barge_generation_p50_ms']:>9.1f}/{r['barge_generation_p99_ms']:>9.1f} "
+            f"{r['audio_frames_after_interrupt']:>13.0f}"
+        )
+
+
+def plot(rows: list[dict], args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    bottom = np.zeros(len(rows))
+    names = [r["voice"] for r in rows]
+    for hop in HOPS:
+        values = np.array([r[f"{hop}_hop_p50_ms"] for r in rows])
+        left.bar(names, values, bottom=bottom, label=hop)
+        bottom += values
+    left.axhline(1200, color="red", linestyle="--", label="1.2 s target")
+    left.set_ylabel("ms after the end of speech (p50, stacked hops)")
+    left.set_title(f"voice to first audio, {args.token_ms:g} ms/token")
+    left.legend(fontsize=8)
+    x = np.arange(len(rows))
+    right.bar(x - 0.2, [r["barge_audio_p50_ms"] for r in rows], 0.4, label="audio stopped")
+    right.bar(
+        x + 0.2, [r["barge_generation_p50_ms"] for r in rows], 0.4, label="generation stopped"
+    )
+    right.axhline(100, color="red", linestyle="--", label="100 ms target")
+    right.set_xticks(x, names)
+    right.set_ylabel("ms after turn.interrupt (p50)")
+    right.set_title("barge-in")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(RESULTS / "voice.png", dpi=100)
+    figures = REPO / "bench" / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    shutil.copy(RESULTS / "voice.png", figures / "voice.png")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    speech = decode_audio(espeak_wav(QUESTION), max_seconds=30, max_bytes=10_000_000)
+    results = {voice: await run_voice(voice, args, speech) for voice in args.voices}
+    rows = summary(results)
+    print_table(rows)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"args": vars(args), "rows": rows, "raw": results}
+    (RESULTS / "voice.json").write_text(json.dumps(payload, indent=2))
+    plot(rows, args)
+    print(f"wrote {RESULTS / 'voice.json'} and bench/figures/voice.png")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.voice")
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--token-ms", type=float, default=20.0)
+    parser.add_argument("--voices", nargs="+", default=list(VOICES))
+    uvloop.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
