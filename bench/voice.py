@@ -3,9 +3,11 @@
 The whole pipeline runs in-process (edge with the voice loop → Kafka → preprocess: VAD and
 Whisper → assembly → inference with the fake engine at a fixed token rate → TTS worker →
 edge). A client streams a spoken question (espeak-ng) in real time, 20 ms per message, then
-silence, as a microphone would. From the moment the user's speech ends it times, at the
-client: `input.speech_stopped` (end-pointing: the VAD's silence rule), `input.transcript`
-(ASR and its Kafka hops), `response.started` (prompt assembly, routing), the first
+silence, as a microphone would. From the moment the user's speech ends (the last frame Silero
+scores as speech, found offline on the same clip: espeak-ng's clip carries ~230 ms of
+silence after the last word, which is not counted as speech) it times, at the client:
+`input.speech_stopped` (end-pointing: the VAD's silence rule), `input.transcript` (ASR and
+its Kafka hops), `response.started` (prompt assembly, routing), the first
 `response.delta` (first token), the first `response.audio` (first piece of ~10-20
 characters plus its synthesis). Each voice (piper "joe", espeak-ng) is one run; the
 baseline in the same run is the first *text* of the same answer (first audio / first text
@@ -17,7 +19,7 @@ Barge-in: while an answer streams and speaks, the client sends `turn.interrupt`;
 interrupt (must be 0).
 
     python -m bench.voice                 # 10 questions and 10 barge-ins per voice (~3 min)
-    python -m bench.voice --turns 20 --token-ms 20
+    python -m bench.voice --turns 20 --token-ms 20 --silence-ms 300
 
 Prints a table; writes bench/results/voice.{json,png} and bench/figures/voice.png.
 """
@@ -55,6 +57,8 @@ from ws_edge.messages import (
     TurnAccepted,
     TurnDetection,
 )
+from ws_edge.speech_detector import SpeechDetector
+from ws_edge.voice_loop import SpeechEnded, VadRules, VoiceLoop
 
 RESULTS = REPO / "bench" / "results"
 VOICES = ("joe", "espeak")
@@ -70,7 +74,7 @@ def progress(text: str) -> None:
 
 async def stream_realtime(client: EdgeClient, stream_id: str, pcm: bytes) -> float:
     """Send `pcm` as a microphone would (one 20 ms message every 20 ms); returns the wall
-    time (perf_counter) when the last byte was sent."""
+    time (perf_counter) when the first byte was sent."""
     step = 16 * CHUNK_MS * 2  # bytes of 16 kHz PCM16 per message
     start = time.perf_counter()
     for i, offset in enumerate(range(0, len(pcm), step)):
@@ -78,15 +82,23 @@ async def stream_realtime(client: EdgeClient, stream_id: str, pcm: bytes) -> flo
         delay = start + (i + 1) * CHUNK_MS / 1000 - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-    return time.perf_counter()
+    return start
 
 
-async def voice_turn(client: EdgeClient, speech: np.ndarray) -> dict[str, float]:
+def end_of_speech_ms(speech: np.ndarray) -> float:
+    """Where the VAD hears the speech of `speech` end (ms into it), with the edge's rules."""
+    loop = VoiceLoop(VadRules())
+    frames = loop.append(pcm16(np.concatenate([speech, quiet_room(1.0)])))
+    events = loop.scored(frames, SpeechDetector().score(frames), assistant_speaking=False)
+    return next(e.end_ms for e in events if isinstance(e, SpeechEnded))
+
+
+async def voice_turn(client: EdgeClient, speech: np.ndarray, voice_end_ms: float) -> dict:
     """One spoken question; milliseconds from the end of speech to each event."""
     silence = quiet_room(1.0)
     speech_pcm, tail = pcm16(speech), pcm16(silence)
     await stream_realtime(client, "mic", pcm16(quiet_room(0.3)))
-    speech_end = await stream_realtime(client, "mic", speech_pcm)
+    speech_end = await stream_realtime(client, "mic", speech_pcm) + voice_end_ms / 1000
     sending = asyncio.ensure_future(stream_realtime(client, "mic", tail))
     marks: dict[str, float] = {}
     while True:  # speech_started, then turn.accepted
@@ -135,7 +147,9 @@ async def run_voice(voice: str, args: argparse.Namespace, speech: np.ndarray) ->
         namespace=f"bench-voice-{voice}-{uuid.uuid4().hex[:6]}",
         edge_port=0,
         safety_output_policy="off",
+        vad_silence_ms=args.silence_ms,
     )
+    voice_end_ms = end_of_speech_ms(speech)
     engine = FakeEngine(token_interval_s=args.token_ms / 1000)
     turns, barges = [], []
     async with (
@@ -147,10 +161,10 @@ async def run_voice(voice: str, args: argparse.Namespace, speech: np.ndarray) ->
             speech=SpeechOptions(voice),
             turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
         )
-        await voice_turn(client, speech)  # warm up: models loaded, topics assigned
+        await voice_turn(client, speech, voice_end_ms)  # warm up: models loaded, topics assigned
         for i in range(args.turns):
             progress(f"{voice}: spoken question {i + 1}/{args.turns}")
-            turns.append(await voice_turn(client, speech))
+            turns.append(await voice_turn(client, speech, voice_end_ms))
         await client.update_session(turn_detection=None)
         for i in range(args.turns):
             progress(f"{voice}: barge-in {i + 1}/{args.turns}")
@@ -215,7 +229,9 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
         bottom += values
     left.axhline(1200, color="red", linestyle="--", label="1.2 s target")
     left.set_ylabel("ms after the end of speech (p50, stacked hops)")
-    left.set_title(f"voice to first audio, {args.token_ms:g} ms/token")
+    left.set_title(
+        f"voice to first audio ({args.token_ms:g} ms/token, {args.silence_ms:g} ms end-pointing)"
+    )
     left.legend(fontsize=8)
     x = np.arange(len(rows))
     right.bar(x - 0.2, [r["barge_audio_p50_ms"] for r in rows], 0.4, label="audio stopped")
@@ -252,6 +268,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--token-ms", type=float, default=20.0)
     parser.add_argument("--voices", nargs="+", default=list(VOICES))
+    parser.add_argument(
+        "--silence-ms", type=float, default=500.0, help="the VAD's end-of-speech silence"
+    )
     uvloop.run(main_async(parser.parse_args()))
 
 

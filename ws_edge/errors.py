@@ -5,12 +5,15 @@ EdgeError
 │   ├── MalformedMessage    not JSON / not an object            code: malformed_json
 │   ├── UnknownMessageType  a `type` the protocol does not have  code: unknown_type
 │   ├── InvalidMessage      wrong fields or values               code: invalid_message
+│   │                       (a voice the deployment does not offer: unknown_voice)
 │   ├── MessageTooLarge     over TURNSTREAM_MAX_MESSAGE_BYTES    code: message_too_large
 │   └── MediaTooLarge       media over the per-turn / buffer limits  code: media_too_large
 ├── AuthError               code: unauthenticated | token_invalid | token_expired
 ├── ForbiddenConversation   the conversation belongs to someone else  code: forbidden_conversation
 ├── TooManyTurns            per-session open-turn limit             code: too_many_turns (retryable)
-├── UnknownTurn             cancel of a turn this session does not own  code: unknown_turn
+├── UnknownTurn             cancel/interrupt of a turn this session does not own (or that
+│                           finished playing)  code: unknown_turn
+│   (the voice loop's VAD model missing or failing: EdgeError code vad_unavailable)
 ├── RateLimited             the tenant's request or token bucket is empty
 │                           code: rate_limited (retryable after `retry_after_ms`)
 ├── Overloaded              the pools are too busy for this tier right now

@@ -261,8 +261,8 @@ class ResponseAudio(ServerEvent, tag="response.audio"):
 
 
 class ResponseAudioDone(ServerEvent, tag="response.audio.done"):
-    """No more audio for this answer: `reason` completed, interrupted, cancelled,
-    output_cut, error or tts_unavailable (no speech came within the deadline)."""
+    """No more audio for this answer: `reason` completed, interrupted, cancelled, safety
+    (the output check cut it), error or tts_unavailable (none came in time)."""
 
     turn_id: str
     reason: str

@@ -44,13 +44,17 @@ LONG_QUESTION = " ".join(f"Tell me about city number {i}." for i in range(12))
 
 
 @contextlib.asynccontextmanager
-async def stack(token_interval_s: float = 0.02):
+async def stack(token_interval_s: float = 0.02, policy: str = "off"):
     engine = FakeEngine(token_interval_s=token_interval_s)
     settings = Settings.from_env(
-        namespace=f"speech-{uuid.uuid4().hex[:6]}", edge_port=0, safety_output_policy="off"
+        namespace=f"speech-{uuid.uuid4().hex[:6]}",
+        edge_port=0,
+        safety_output_policy=policy,
+        safety_window_tokens=20,
+        safety_window_overlap=5,
     )
     async with (
-        pipeline(settings, engine, with_tts=True) as running,
+        pipeline(settings, engine, with_tts=True, with_safety=policy != "off") as running,
         EdgeClient.connect(running.url, running.token()) as client,
     ):
         yield running, engine, client
@@ -175,3 +179,16 @@ async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talke
         rest = [e async for e in client.events(accepted.turn_id, speech=True)]
     transcript = next(e for e in rest if isinstance(e, InputTranscript))
     assert {"stop", "capital"} <= set(words(transcript.text))
+
+
+async def test_speech_never_says_what_hold_back_cut():
+    secret = "sk-proj-" + "A1b2C3d4" * 5  # an API key: the output rules cut it
+    question = "Hello there my friend, please keep " + secret + " " + LONG_QUESTION
+    async with stack(policy="hold_back") as (_, _, client):
+        turn_id = await client.start_turn(conv(), question, speech=SpeechOptions("espeak"))
+        events = await collect(client, turn_id)
+    done = next(e for e in events if isinstance(e, ResponseDone))
+    assert done.error is not None and done.error.code == "output_cut"
+    spoken = "".join(e.text for e in events if isinstance(e, ResponseAudio))
+    assert "sk-proj" not in spoken and "A1b2" not in spoken
+    assert next(e for e in events if isinstance(e, ResponseAudioDone)).reason == "safety"

@@ -21,7 +21,15 @@ from redis.exceptions import RedisError
 from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.errors import DecodeError
-from schemas.events import AnyEvent, ErrorInfo, FinishReason, SpeechAudio, SpeechText, TurnCancelled
+from schemas.events import (
+    OUTPUT_CUT,
+    AnyEvent,
+    ErrorInfo,
+    FinishReason,
+    SpeechAudio,
+    SpeechText,
+    TurnCancelled,
+)
 from workers.runtime.relay import RelayPublisher
 from workers.tts.errors import SpeechError
 from workers.tts.sequencer import Admission, Outgoing, SpeechSequencer
@@ -30,6 +38,8 @@ from workers.tts.voices import Audio, VoiceBook
 log = logging.getLogger("turnstream.tts")
 
 NORMAL_ENDS = frozenset({FinishReason.STOP, FinishReason.LENGTH})
+# a control-channel cancel's reason, as the client reads it in response.audio.done
+STOP_REASONS = {"user": str(FinishReason.CANCELLED), OUTPUT_CUT: str(FinishReason.SAFETY)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,7 @@ class TtsService:
     def cancel(self, turn_id: str, reason: str) -> None:
         """Stop a turn's speech (from the control channel)."""
         rate = self.config.default_sample_rate
+        reason = STOP_REASONS.get(reason, reason)
         self._send(self.sequencer.cancel(turn_id, reason, sample_rate=rate))
 
     async def fail_piece(self, event: AnyEvent, reason: str) -> None:
