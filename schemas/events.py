@@ -137,11 +137,14 @@ class SpeechSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class Truncation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """An answer cut short by the user (barge-in): the history keeps `text` (what was heard,
-    `audio_end_ms` into the answer's audio) instead of the whole answer."""
+    `audio_end_ms` into the answer's audio) instead of the whole answer. `withdrawn`: the
+    turn itself is void (the voice loop guessed an utterance ended, then the user went on):
+    the history keeps neither its question nor its answer."""
 
     turn_id: str
     text: str
     audio_end_ms: float = 0.0
+    withdrawn: bool = False
 
 
 class TurnSubmitted(Event, tag="turn.submitted"):
@@ -164,9 +167,10 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     degraded: bool = False
     pool: str = ""  # set when admission fixed the pool (degraded turns); else the router picks
     speech: SpeechSettings | None = None  # speak the answer (workers/tts); None: text only
-    # the last answer of this conversation the user interrupted, as far as it was heard:
-    # assembly applies it before it builds this turn's prompt, whatever order topics arrive in
-    truncates: Truncation | None = None
+    # answers of this conversation the user interrupted since its last turn (as far as they
+    # were heard) and turns the voice loop withdrew: assembly applies them before it builds
+    # this turn's prompt, whatever order topics arrive in
+    truncates: list[Truncation] = []
 
 
 class SafetyStage(enum.StrEnum):

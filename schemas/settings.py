@@ -370,6 +370,13 @@ class Settings:
         20,
         "Past this many characters a piece is cut at weaker boundaries too.",
     )
+    tts_first_segment_max_chars: int = _var(
+        "TURNSTREAM_TTS_FIRST_SEGMENT_MAX_CHARS",
+        24,
+        "An answer's first piece is cut at a word boundary past this many characters when no "
+        "punctuation came yet: the first audio comes sooner (later pieces wait for "
+        "punctuation up to 120 characters).",
+    )
     speech_deadline_s: float = _var(
         "TURNSTREAM_SPEECH_DEADLINE_S",
         30.0,
@@ -388,6 +395,13 @@ class Settings:
         "TURNSTREAM_VAD_MIN_SPEECH_MS",
         250.0,
         "Edge voice loop: speech shorter than this is noise (clicks, coughs), not a turn.",
+    )
+    vad_early_silence_ms: float = _var(
+        "TURNSTREAM_VAD_EARLY_SILENCE_MS",
+        200.0,
+        "Edge voice loop: after this much silence the utterance is answered on a guess (the "
+        "client sees it only once TURNSTREAM_VAD_SILENCE_MS confirms it; speech that resumes "
+        "withdraws it). 0: no guessing.",
     )
     barge_in_min_speech_ms: float = _var(
         "TURNSTREAM_BARGE_IN_MIN_SPEECH_MS",

@@ -98,6 +98,7 @@ class EdgeServer:
                 silence_ms=settings.vad_silence_ms,
                 min_speech_ms=settings.vad_min_speech_ms,
                 barge_in_ms=settings.barge_in_min_speech_ms,
+                early_silence_ms=settings.vad_early_silence_ms,
             ),
         )
         self.completed_topic = TURNS_COMPLETED.full_name(settings.namespace)

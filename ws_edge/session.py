@@ -88,6 +88,8 @@ from ws_edge.messages import (
 from ws_edge.voice_loop import (
     BargeIn,
     SpeechEnded,
+    SpeechPaused,
+    SpeechResumed,
     SpeechStarted,
     VadRules,
     VoiceEvent,
@@ -204,6 +206,11 @@ class _Route:
     interrupted: bool = False
     timeline: AudioTimeline = field(default_factory=AudioTimeline)
     first_audio_ms: float | None = None  # when its first audio left (playback estimate)
+    # the voice loop started it on a guess that the user stopped talking: nothing of it
+    # reaches the client until the guess is confirmed; `withdrawn` when it proved wrong
+    speculative: bool = False
+    withdrawn: bool = False
+    carried: list[Truncation] = field(default_factory=list)  # its turn's `truncates`
 
 
 class _Envelope(msgspec.Struct):
@@ -268,7 +275,8 @@ class Session:
         self._voice_loop: VoiceLoop | None = None
         # what the user heard of an answer they interrupted, per conversation: the next
         # turn carries it, so its prompt is built from the truncated history
-        self._truncations: dict[str, Truncation] = {}
+        self._truncations: dict[str, list[Truncation]] = {}
+        self._speculative: str | None = None  # the voice loop's turn started on a guess
         # spoken answers whose audio was all sent but may still be playing: a barge-in can
         # still cut them (the client plays in real time; TTS runs faster)
         self._played: dict[str, _Route] = {}
@@ -299,18 +307,30 @@ class Session:
         if route is None or route.accepted:
             return []
         route.accepted = True
+        actions = [] if route.speculative or route.withdrawn else self._announce(turn_id, route)
+        return actions + self._next_submit(route.conversation_id)
+
+    def _announce(self, turn_id: str, route: _Route) -> list[Action]:
+        """`turn.accepted`, then the frames that came before it."""
         actions: list[Action] = [
             Send(TurnAccepted(turn_id, route.conversation_id, route.client_turn_id))
         ]
         held, route.held = route.held, []
         for event in held:
             actions.extend(self.relay(event))
-        return actions + self._next_submit(route.conversation_id)
+        return actions
 
     def submit_failed(self, turn_id: str, err: EdgeError) -> list[Action]:
         route = self._routes.pop(turn_id, None)
         client_turn_id = route.client_turn_id if route is not None else None
         actions: list[Action] = [error_event(err, turn_id, client_turn_id)]
+        if route is not None and (route.speculative or route.withdrawn):
+            # a guess the client never heard of: the utterance's end makes the turn anew
+            # (and meets the same error then, if it lasts); what it carried goes back
+            actions = []
+            if self._speculative == turn_id:
+                self._speculative = None
+            self._give_back(route)
         if route is not None:
             actions += self._next_submit(route.conversation_id)
         return actions
@@ -336,7 +356,11 @@ class Session:
         route = self._routes.get(event.turn_id)
         if route is None:
             return []
-        if not route.accepted:
+        if route.withdrawn:  # void: its frames go nowhere; its end closes the route
+            if isinstance(event, TurnCompleted):
+                self._routes.pop(event.turn_id, None)
+            return []
+        if not route.accepted or route.speculative:
             route.held.append(event)
             return []
         match event:
@@ -570,10 +594,13 @@ class Session:
 
     # ---- speech ------------------------------------------------------------------------------
     def _update(self, msg: SessionUpdate) -> list[Action]:
+        actions: list[Action] = []
         if msg.speech is not msgspec.UNSET:
             self._speech = self._speech_settings(msg.speech)
         if msg.turn_detection is not msgspec.UNSET:
             detection = msg.turn_detection
+            if detection != self._detection:
+                actions += self._withdraw()  # a guess of the old loop is void
             if detection is not None and (
                 self._detection is None or detection.stream_id != self._detection.stream_id
             ):
@@ -583,7 +610,7 @@ class Session:
                 self._voice_loop = None
             self._detection = detection
         speech = SpeechOptions(self._speech.voice) if self._speech is not None else None
-        return [Send(SessionUpdated(speech, self._detection, list(self._limits.voices)))]
+        return [*actions, Send(SessionUpdated(speech, self._detection, list(self._limits.voices)))]
 
     def _speech_settings(self, options: SpeechOptions | None) -> SpeechSettings | None:
         if options is None:
@@ -615,7 +642,7 @@ class Session:
             played = self._played_ms(route) if audio_end_ms is None else audio_end_ms
             played = min(played, route.timeline.total_ms)
             truncation = Truncation(turn_id, route.timeline.heard(played), round(played, 3))
-            self._truncations[route.conversation_id] = truncation
+            self._truncations.setdefault(route.conversation_id, []).append(truncation)
             actions.append(
                 Send(ResponseTruncated(turn_id, truncation.audio_end_ms, truncation.text))
             )
@@ -646,7 +673,7 @@ class Session:
         speaking = [
             (turn_id, r)
             for turn_id, r in self._routes.items()
-            if r.speech and not r.interrupted and not r.audio_done
+            if r.speech and not (r.interrupted or r.audio_done or r.speculative or r.withdrawn)
         ]
         for turn_id, r in list(self._played.items()):
             if r.first_audio_ms is not None and self._played_ms(r) < r.timeline.total_ms:
@@ -688,29 +715,103 @@ class Session:
                 for turn_id, route in self._speaking():
                     actions += self._interrupt(turn_id, route, None, "barge_in")
                 return actions
+            case SpeechPaused():
+                try:
+                    return self._speculate(detection, event)
+                except EdgeError:  # a guess is best effort: the utterance's end decides
+                    return []
+            case SpeechResumed():
+                return self._withdraw()
             case SpeechEnded() if event.backchannel:
                 return [Send(InputSpeechStopped(stream_id, event.end_ms, ignored="backchannel"))]
             case SpeechEnded():
+                confirmed = self._confirm(detection, event)
+                if confirmed is not None:
+                    return confirmed
                 return self._utterance_turn(detection, event)
         return []
 
+    def _withdrawn_count(self) -> int:
+        """Withdrawn guesses still closing (they do not count as the user's open turns)."""
+        return sum(r.withdrawn for r in self._routes.values())
+
+    def _speculate(self, detection: TurnDetection, paused: SpeechPaused) -> list[Action]:
+        """Start answering the utterance so far, unseen until the silence rule confirms it.
+        Not while many wrong guesses are still closing (a user who pauses a lot): then the
+        silence rule alone decides."""
+        if self._withdrawn_count() >= self._limits.max_open_turns:
+            return []
+        actions = self._submit_utterance(detection, paused.pcm)
+        turn_id = next(reversed(self._routes))
+        self._routes[turn_id].speculative = True
+        self._speculative = turn_id
+        return actions
+
+    def _confirm(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action] | None:
+        """The guess was right: the client hears of the turn now, with what it produced."""
+        turn_id, self._speculative = self._speculative, None
+        route = self._routes.get(turn_id) if turn_id is not None else None
+        if route is None or not route.speculative:
+            return None  # refused meanwhile (or no guess): the utterance becomes a turn now
+        route.speculative = False
+        stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
+        announced = self._announce(turn_id, route) if route.accepted else []
+        return [Send(stopped), *announced]
+
+    def _withdraw(self) -> list[Action]:
+        """The user went on talking: the guessed turn is void (stopped, and kept out of the
+        history by a withdrawal the next turn carries); the utterance continues."""
+        turn_id, self._speculative = self._speculative, None
+        route = self._routes.get(turn_id) if turn_id is not None else None
+        if route is None:
+            return []
+        route.speculative, route.withdrawn = False, True
+        withdrawal = Truncation(turn_id, "", withdrawn=True)
+        self._give_back(route)
+        self._truncations.setdefault(route.conversation_id, []).append(withdrawal)
+        cancel = RequestCancel(turn_id, route.conversation_id, "withdrawn")
+        if self.principal is None:  # the token expired meanwhile: stop it all the same
+            return [cancel]
+        event = TurnTruncated(
+            turn_id=turn_id,
+            conversation_id=route.conversation_id,
+            tenant_id=self.principal.tenant_id,
+            user_id=self.principal.user_id,
+            truncation=withdrawal,
+            reason="withdrawn",
+            truncated_at_ms=self._clock_ms(),
+        )
+        return [cancel, PublishTruncation(event)]
+
+    def _give_back(self, route: _Route) -> None:
+        """A void guess returns the truncations it carried: the next turn carries them."""
+        pending = self._truncations.get(route.conversation_id, [])
+        if route.carried:
+            self._truncations[route.conversation_id] = [*route.carried, *pending]
+            route.carried = []
+
     def _utterance_turn(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action]:
         """An utterance of the voice loop becomes a turn, like a `turn.create` with audio."""
-        assert self.principal is not None
-        self._audio.clear(detection.stream_id)
-        self._audio.append(detection.stream_id, base64.b64encode(ended.pcm).decode())
-        msg = CreateTurn(
-            conversation_id=detection.conversation_id,
-            parts=[AudioPart(stream_id=detection.stream_id, format="pcm16", sample_rate=16000)],
-        )
-        actions = self._create_turn(self.principal, msg)
+        actions = self._submit_utterance(detection, ended.pcm)
         turn_id = next(reversed(self._routes))  # the route it just opened
         stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
         return [Send(stopped), *actions]
 
+    def _submit_utterance(self, detection: TurnDetection, pcm: bytes) -> list[Action]:
+        if self.principal is None:  # expired while its audio was being scored
+            raise AuthError("token expired: send session.authenticate", code="token_expired")
+        self._audio.clear(detection.stream_id)
+        self._audio.append(detection.stream_id, base64.b64encode(pcm).decode())
+        msg = CreateTurn(
+            conversation_id=detection.conversation_id,
+            parts=[AudioPart(stream_id=detection.stream_id, format="pcm16", sample_rate=16000)],
+        )
+        return self._create_turn(self.principal, msg)
+
     def _create_turn(self, principal: Principal, msg: CreateTurn) -> list[Action]:
-        if len(self._routes) >= self._limits.max_open_turns:
-            raise TooManyTurns(f"{len(self._routes)} turns already open; wait for one to finish")
+        open_turns = len(self._routes) - self._withdrawn_count()
+        if open_turns >= self._limits.max_open_turns:
+            raise TooManyTurns(f"{open_turns} turns already open; wait for one to finish")
         turn_id = turn_id_for(principal, msg.conversation_id, msg.client_turn_id)
         if turn_id in self._routes:
             raise InvalidMessage(f"turn {msg.client_turn_id!r} is already in flight")
@@ -733,8 +834,9 @@ class Session:
             client=self._client_info,
             media=content.media,
             speech=speech,
-            truncates=self._truncations.pop(msg.conversation_id, None),
+            truncates=self._truncations.pop(msg.conversation_id, []),
         )
         route = _Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
+        route.carried = turn.truncates
         self._routes[turn_id] = route
         return self._queue_submit(SubmitTurn(turn, principal.owner, tuple(content.uploads)))

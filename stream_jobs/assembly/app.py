@@ -167,8 +167,8 @@ class AssemblyJob:
     async def _on_enriched(self, turn: TurnEnriched) -> None:
         key = _key(turn.submitted.tenant_id, turn.submitted.conversation_id)
         state = decode_state(self.table.get(key))
-        if turn.submitted.truncates is not None:  # before this turn's prompt is built
-            on_truncated(state, turn.submitted.truncates, count_tokens=self.count_tokens)
+        for truncation in turn.submitted.truncates:  # before this turn's prompt is built
+            on_truncated(state, truncation, count_tokens=self.count_tokens)
         now = now_ms()
         stale = on_stale(state, now_ms=now, stale_after_ms=self.config.stale_after_ms)
         decision = on_enriched(

@@ -25,7 +25,7 @@ class StoredMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     role: Role
     content: str
     tokens: int  # counted once, when stored, with the served model's tokenizer
-    turn_id: str = ""  # of an answer: a barge-in's truncation finds it by this
+    turn_id: str = ""  # the turn it belongs to: truncations and withdrawals find it by this
 
 
 class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
@@ -130,9 +130,12 @@ def on_completed(
         # Ended before assembly (bad media, refused): nothing to add, nothing to release.
         state.waiting = [w for w in state.waiting if w.turn_id != completed.turn_id]
         return Decision()
-    if completed.finish_reason != FinishReason.ERROR:
-        state.messages.append(StoredMessage(Role.USER, user_text, count_tokens(user_text)))
-        heard = _take_truncation(state, completed.turn_id)
+    heard = _take_truncation(state, completed.turn_id)
+    withdrawn = heard is not None and heard.withdrawn
+    if completed.finish_reason != FinishReason.ERROR and not withdrawn:
+        state.messages.append(
+            StoredMessage(Role.USER, user_text, count_tokens(user_text), completed.turn_id)
+        )
         text = completed.text if heard is None else _heard_part(completed.text, heard.text)
         if text:
             state.messages.append(
@@ -145,7 +148,11 @@ def on_completed(
 def on_truncated(state: ConversationState, truncation: Truncation, *, count_tokens) -> None:
     """The user interrupted an answer: the history keeps only what they heard, so the next
     prompt is true to the conversation as they lived it. Idempotent (the edge sends it on
-    its own and again with the next turn); an answer not recorded yet gets it when it is."""
+    its own and again with the next turn); an answer not recorded yet gets it when it is.
+    A withdrawn turn leaves the history altogether."""
+    if truncation.withdrawn and any(m.turn_id == truncation.turn_id for m in state.messages):
+        state.messages = [m for m in state.messages if m.turn_id != truncation.turn_id]
+        return
     for i, message in enumerate(state.messages):
         if message.role == Role.ASSISTANT and message.turn_id == truncation.turn_id:
             text = _heard_part(message.content, truncation.text)

@@ -17,7 +17,7 @@ from schemas.events import FinishReason, Role
 from schemas.settings import Settings
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt
-from tests.support.media import espeak_wav, pcm16, quiet_room, words
+from tests.support.media import espeak_wav, pcm16, quiet_room, spoken, words
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from workers.preprocess.asr import WhisperTranscriber
@@ -192,3 +192,37 @@ async def test_speech_never_says_what_hold_back_cut():
     spoken = "".join(e.text for e in events if isinstance(e, ResponseAudio))
     assert "sk-proj" not in spoken and "A1b2" not in spoken
     assert next(e for e in events if isinstance(e, ResponseAudioDone)).reason == "safety"
+
+
+async def test_a_pause_mid_sentence_withdraws_the_guess_and_the_whole_sentence_is_answered():
+    """The voice loop answers after 200 ms of silence on a guess; a 350 ms pause inside the
+    question proves the guess wrong: it is withdrawn (never shown, kept out of the history)
+    and the whole question is answered once."""
+    async with stack() as (running, _, client):
+        conversation = conv()
+        await client.update_session(
+            speech=SpeechOptions("espeak"),
+            turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
+        )
+        utterance = np.concatenate(
+            [
+                quiet_room(0.5),
+                spoken("What is the capital", trim=True),
+                quiet_room(0.35),
+                spoken("of France?", trim=True),
+                quiet_room(1.0),
+            ]
+        )
+        await client.append_audio("mic", pcm16(utterance))
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        accepted = await client.next_event()  # one turn only: the guess was never shown
+        assert isinstance(accepted, TurnAccepted)
+        events = await collect(client, accepted.turn_id)
+        transcript = next(e for e in events if isinstance(e, InputTranscript))
+        assert {"capital", "france"} <= set(words(transcript.text))
+        follow_up = await client.start_turn(conversation, "And of Italy?")
+        async for _ in client.events(follow_up):
+            pass
+        prompt = await assembled_prompt(running.settings, follow_up)
+    questions = [m.content for m in prompt.messages if m.role == Role.USER]
+    assert len(questions) == 2 and {"capital", "france"} <= set(words(questions[0]))

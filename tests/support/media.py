@@ -29,6 +29,16 @@ def espeak_wav(text: str) -> bytes:
     return subprocess.run(["espeak-ng", "--stdout", text], check=True, capture_output=True).stdout
 
 
+def spoken(text: str, *, trim: bool = False) -> np.ndarray:
+    """espeak-ng saying `text`, as float32 mono 16 kHz; `trim` cuts the silence espeak puts
+    around the words (to control the pauses between clips exactly)."""
+    x = audio_decode.decode_audio(espeak_wav(text), max_seconds=30, max_bytes=10_000_000)
+    if trim:
+        loud = np.flatnonzero(np.abs(x) > 0.01)
+        x = x[loud[0] : loud[-1] + 1]
+    return x
+
+
 def quiet_room(seconds: float, seed: int = 7) -> np.ndarray:
     """Faint noise, not digital zero: what a microphone records between words."""
     rng = np.random.default_rng(seed)

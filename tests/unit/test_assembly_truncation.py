@@ -52,7 +52,7 @@ def test_truncation_after_the_answer_was_recorded_replaces_it_with_the_heard_tex
     assert state.messages[-1] == StoredMessage(Role.ASSISTANT, ANSWER, 7, "t1")
     truncate(state, "t1", "Hello there. How ")
     assert state.messages == [
-        StoredMessage(Role.USER, "q", 1),
+        StoredMessage(Role.USER, "q", 1, "t1"),
         StoredMessage(Role.ASSISTANT, "Hello there. How", 3, "t1"),
     ]
 
@@ -66,15 +66,15 @@ def test_truncation_uses_count_tokens_for_the_new_text():
 def test_truncation_with_nothing_heard_removes_the_answer():
     state = answered()
     truncate(state, "t1", "", audio_end_ms=0.0)
-    assert state.messages == [StoredMessage(Role.USER, "q", 1)]
+    assert state.messages == [StoredMessage(Role.USER, "q", 1, "t1")]
     truncate(state, "t1", "")  # again: nothing left to change
-    assert state.messages == [StoredMessage(Role.USER, "q", 1)]
+    assert state.messages == [StoredMessage(Role.USER, "q", 1, "t1")]
 
 
 def test_whitespace_only_heard_text_removes_the_answer():
     state = answered()
     truncate(state, "t1", "   ")
-    assert state.messages == [StoredMessage(Role.USER, "q", 1)]
+    assert state.messages == [StoredMessage(Role.USER, "q", 1, "t1")]
 
 
 def test_truncation_of_the_turn_in_flight_is_applied_at_its_completion():
@@ -85,7 +85,7 @@ def test_truncation_of_the_turn_in_flight_is_applied_at_its_completion():
     assert state.truncations == [Truncation("t1", "Hello there. ", 640.0)]
     complete(state, "t1")
     assert state.messages == [
-        StoredMessage(Role.USER, "q", 1),
+        StoredMessage(Role.USER, "q", 1, "t1"),
         StoredMessage(Role.ASSISTANT, "Hello there.", 2, "t1"),
     ]
     assert state.truncations == []
@@ -110,7 +110,7 @@ def test_in_flight_truncation_with_nothing_heard_records_no_answer():
     enrich(state, "t1")
     truncate(state, "t1", "")
     complete(state, "t1")
-    assert state.messages == [StoredMessage(Role.USER, "q", 1)]
+    assert state.messages == [StoredMessage(Role.USER, "q", 1, "t1")]
 
 
 def test_applying_twice_is_idempotent():
@@ -187,3 +187,66 @@ def test_a_failed_turn_records_nothing_even_with_a_truncation():
         error=ErrorInfo("engine_failed", "boom"),
     )
     assert state.messages == []
+
+
+# ---- withdrawn turns (the voice loop's guess that an utterance ended proved wrong) ---------
+def withdraw(state, turn_id):
+    on_truncated(state, Truncation(turn_id, "", withdrawn=True), count_tokens=words)
+
+
+def test_withdrawal_of_a_recorded_turn_removes_its_question_and_answer():
+    state = ConversationState()
+    enrich(state, "t1", text="first")
+    complete(state, "t1", text="One.", user_text="first")
+    enrich(state, "t2")
+    complete(state, "t2")
+    assert [m.turn_id for m in state.messages] == ["t1", "t1", "t2", "t2"]
+    withdraw(state, "t2")
+    assert state.messages == [
+        StoredMessage(Role.USER, "first", 1, "t1"),
+        StoredMessage(Role.ASSISTANT, "One.", 1, "t1"),
+    ]
+    assert state.truncations == []
+    withdraw(state, "t2")  # again (the next turn carries it too): nothing left to change
+    assert state.messages == [
+        StoredMessage(Role.USER, "first", 1, "t1"),
+        StoredMessage(Role.ASSISTANT, "One.", 1, "t1"),
+    ]
+    assert state.truncations == []
+
+
+def test_withdrawal_while_in_flight_records_nothing_and_still_releases_the_next_turn():
+    state = ConversationState()
+    enrich(state, "t1")  # in flight
+    enrich(state, "t2")  # waits for it
+    withdraw(state, "t1")
+    assert state.messages == []
+    assert state.truncations == [Truncation("t1", "", withdrawn=True)]
+    decision = complete(state, "t1")
+    assert state.messages == []  # neither its question nor its answer
+    assert state.truncations == []
+    assert [t.turn_id for t in decision.release] == ["t2"]
+    assert state.in_flight is not None and state.in_flight.turn_id == "t2"
+    assert state.waiting == []
+    complete(state, "t2")
+    assert state.messages == [
+        StoredMessage(Role.USER, "q", 1, "t2"),
+        StoredMessage(Role.ASSISTANT, ANSWER, 7, "t2"),
+    ]
+
+
+def test_withdrawal_of_a_waiting_turn_is_kept_until_its_completion():
+    state = ConversationState()
+    enrich(state, "t1")
+    enrich(state, "t2")
+    withdraw(state, "t2")
+    assert state.truncations == [Truncation("t2", "", withdrawn=True)]
+    complete(state, "t1")  # not t2's: recorded in full
+    assert state.messages == [
+        StoredMessage(Role.USER, "q", 1, "t1"),
+        StoredMessage(Role.ASSISTANT, ANSWER, 7, "t1"),
+    ]
+    complete(state, "t2")
+    assert [m.turn_id for m in state.messages] == ["t1", "t1"]
+    assert state.truncations == []
+    assert state.in_flight is None

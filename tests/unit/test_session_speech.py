@@ -21,6 +21,7 @@ from schemas.events import (
 from tests.support.factories import completed
 from tests.unit.test_session import SECRET, frame, only_error
 from ws_edge.auth import mint_token
+from ws_edge.errors import BrokerUnavailable
 from ws_edge.media import Upload
 from ws_edge.messages import (
     ErrorEvent,
@@ -47,7 +48,7 @@ from ws_edge.session import (
     SessionLimits,
     SubmitTurn,
 )
-from ws_edge.voice_loop import FRAME_BYTES
+from ws_edge.voice_loop import FRAME_BYTES, VadRules
 
 VOICES = ["joe", "espeak"]
 ANSWER = "Hello there, how are you?"
@@ -358,9 +359,9 @@ def test_the_next_turn_of_the_conversation_carries_the_truncation():
     clock.now = 5000.0
     session.relay(audio(turn_id, 0, FIRST, 0, 1000))
     interrupt(session, turn_id, audio_end_ms=1000)
-    assert next_turn(session, "other").turn.truncates is None
-    assert next_turn(session, "c1").turn.truncates == Truncation(turn_id, FIRST, 1000.0)
-    assert next_turn(session, "c1").turn.truncates is None  # carried once
+    assert next_turn(session, "other").turn.truncates == []
+    assert next_turn(session, "c1").turn.truncates == [Truncation(turn_id, FIRST, 1000.0)]
+    assert next_turn(session, "c1").turn.truncates == []  # carried once
 
 
 def test_interrupt_without_audio_end_ms_estimates_from_the_clock():
@@ -400,7 +401,7 @@ def test_interrupt_before_any_audio_keeps_nothing():
     clock.now = 7000.0
     actions = interrupt(session, turn_id)
     assert actions == truncated(turn_id, "", 0.0, reason="interrupt", at=7000.0)
-    assert next_turn(session).turn.truncates == Truncation(turn_id, "", 0.0)
+    assert next_turn(session).turn.truncates == [Truncation(turn_id, "", 0.0)]
 
 
 def test_interrupt_after_text_done_still_cancels_speech():
@@ -422,7 +423,7 @@ def test_interrupt_of_a_text_only_turn_cancels_without_truncation():
         DropAudio(turn_id),
         RequestCancel(turn_id, "c1", "interrupt"),
     ]
-    assert next_turn(session).turn.truncates is None
+    assert next_turn(session).turn.truncates == []
 
 
 def test_interrupt_of_an_unknown_turn_is_an_error():
@@ -444,11 +445,8 @@ def test_played_turn_can_be_interrupted_while_its_audio_still_plays():
 
 
 def test_played_turn_cannot_be_interrupted_after_it_finished_playing():
-    # BUG (ws_edge/session.py, `_handle_message`, the InterruptTurn branch): it looks the
-    # turn up in `self._played` without checking that its audio is still playing by the
-    # clock; `_played` is pruned only by `_speaking()` (voice loop) or MAX_PLAYED, so an
-    # interrupt long after playback ended still "truncates" (to the whole answer) and
-    # publishes a TurnTruncated instead of answering unknown_turn.
+    # regression: the InterruptTurn branch once found the turn in `_played` without checking
+    # by the clock that its audio was still playing, and "truncated" it to the whole answer
     session, clock = make()
     turn_id = played_turn(session, clock, at=5000.0)
     clock.now = 6600.0  # 1600 ms since the first audio: all 1500 ms played
@@ -458,6 +456,7 @@ def test_played_turn_cannot_be_interrupted_after_it_finished_playing():
 
 # ---- the voice loop ------------------------------------------------------------------------
 DETECTION = {"conversation_id": "c1", "stream_id": "mic"}
+NO_GUESS = VadRules(early_silence_ms=0)  # end-pointing by the silence rule alone
 
 
 def numbered(first: int, count: int) -> bytes:
@@ -508,7 +507,7 @@ def test_audio_append_on_the_detected_stream_asks_for_whole_frames():
 
 
 def test_an_utterance_becomes_a_turn_with_its_audio():
-    session, _, mic = listening()
+    session, _, mic = listening(vad=NO_GUESS)
     assert mic.say([0.0] * 6) == []
     assert mic.say([0.9] * 8) == [Send(InputSpeechStarted("mic", 192.0))]
     assert mic.say([0.9] * 2 + [0.0] * 15) == []
@@ -558,7 +557,7 @@ def speaking_turn(session: Session, clock: Clock, *, at: float = 5000.0) -> str:
 
 
 def test_speech_over_the_assistant_barges_in():
-    session, clock, mic = listening(speech=True)
+    session, clock, mic = listening(speech=True, vad=NO_GUESS)
     turn_id = speaking_turn(session, clock, at=5000.0)
     clock.now = 5400.0  # 400 ms of the answer played: "Hello" heard, "there" not
     assert mic.say([0.9] * 18) == [Send(InputSpeechStarted("mic", 0.0))]
@@ -568,7 +567,7 @@ def test_speech_over_the_assistant_barges_in():
     [stopped, submit] = mic.say([0.0] * 16)
     new_id = submit.turn.turn_id
     assert stopped == Send(InputSpeechStopped("mic", 39 * 32.0, turn_id=new_id))
-    assert submit.turn.truncates == Truncation(turn_id, "Hello", 400.0)
+    assert submit.turn.truncates == [Truncation(turn_id, "Hello", 400.0)]
     assert submit.turn.speech == SpeechSettings("joe")
     # the interrupted answer's remaining frames are dropped
     assert session.relay(audio(turn_id, 1, SECOND, 13, 500)) == []
@@ -585,17 +584,17 @@ def test_a_backchannel_over_the_assistant_is_ignored():
     assert session.open_turns == [turn_id]  # not interrupted, no new turn
     [sent] = session.relay(audio(turn_id, 1, SECOND, 13, 500))
     assert isinstance(sent.event, ResponseAudio)
-    assert next_turn(session).turn.truncates is None
+    assert next_turn(session).turn.truncates == []
 
 
 def test_speech_while_the_assistant_is_silent_never_barges_in():
-    session, clock, mic = listening(speech=True)
+    session, clock, mic = listening(speech=True, vad=NO_GUESS)
     played_turn(session, clock, at=5000.0)
     clock.now = 6600.0  # its 1500 ms of audio finished playing
     events = mic.say([0.9] * 40 + [0.0] * 16)
     assert [type(a) for a in events] == [Send, Send, SubmitTurn]
     assert [type(a.event) for a in events[:2]] == [InputSpeechStarted, InputSpeechStopped]
-    assert events[2].turn.truncates is None
+    assert events[2].turn.truncates == []
 
 
 def test_barge_in_cuts_an_answer_still_playing_after_its_last_frame():
@@ -627,13 +626,10 @@ def test_text_deltas_still_stream_for_a_spoken_turn():
 
 
 def test_a_refused_utterance_turn_does_not_swallow_the_barge_in_of_the_same_batch():
-    # BUG (ws_edge/session.py, `voice_activity` / `_voice_events`): the events of one batch
-    # are turned into actions in one `_answering_errors` step; when the SpeechEnded's
-    # `_utterance_turn` raises (here too_many_turns), every action gathered before it is
-    # dropped, though `_interrupt` already changed the state (route.interrupted, the pending
-    # truncation): the RequestCancel, response.audio.done and PublishTruncation of the
-    # barge-in never go out, and the answer keeps generating while the edge drops it.
-    session, clock, mic = listening(speech=True, max_open_turns=1)
+    # regression: the events of one batch were once answered in one `_answering_errors`
+    # step, so an utterance turn refused (too_many_turns) dropped the actions of the
+    # barge-in before it (RequestCancel, response.audio.done, PublishTruncation)
+    session, clock, mic = listening(speech=True, max_open_turns=1, vad=NO_GUESS)
     turn_id = speaking_turn(session, clock, at=5000.0)
     clock.now = 5400.0
     # one append holding the whole utterance: barge-in, then its end, in one batch
@@ -642,3 +638,411 @@ def test_a_refused_utterance_turn_does_not_swallow_the_barge_in_of_the_same_batc
     assert Send(ResponseAudioDone(turn_id, "interrupted")) in actions
     errors = [a.event for a in actions if isinstance(a, Send) and isinstance(a.event, ErrorEvent)]
     assert [e.code for e in errors] == ["too_many_turns"]
+
+
+# ---- speculative end-pointing: a turn started on a guess that the user stopped talking ----
+def guessed(mic: Mic) -> SubmitTurn:
+    """Pad (0..5), speech (6..15), then 224 ms of silence: the loop guesses the utterance
+    ended (frame 22) and the session submits it as a speculative turn."""
+    assert mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6) == [Send(InputSpeechStarted("mic", 192.0))]
+    [submit] = mic.say([0.0])
+    assert isinstance(submit, SubmitTurn)
+    return submit
+
+
+def withdrawn(turn_id: str, at: float) -> list:
+    """The actions of a withdrawal, in order."""
+    event = TurnTruncated(
+        turn_id=turn_id,
+        conversation_id="c1",
+        tenant_id="acme",
+        user_id="alice",
+        truncation=Truncation(turn_id, "", withdrawn=True),
+        reason="withdrawn",
+        truncated_at_ms=at,
+    )
+    return [RequestCancel(turn_id, "c1", "withdrawn"), PublishTruncation(event)]
+
+
+def started(turn_id: str) -> TurnStarted:
+    return TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a1")
+
+
+def chunk(turn_id: str, seq: int, text: str) -> TokenChunk:
+    return TokenChunk(turn_id=turn_id, seq=seq, text=text, emitted_at_ms=1, attempt="a1")
+
+
+def test_a_pause_submits_a_speculative_turn_the_client_sees_only_once_confirmed():
+    session, _, mic = listening()
+    submit = guessed(mic)
+    turn_id = submit.turn.turn_id
+    guess = numbered(0, 6 + 10 + 7)  # the utterance so far: pad, speech, 224 ms of silence
+    assert submit.turn.conversation_id == "c1" and submit.turn.text == ""
+    assert submit.turn.media == [
+        MediaRef(
+            kind=MediaKind.AUDIO,
+            sha256=sha256_hex(guess),
+            size_bytes=len(guess),
+            format="pcm16",
+            sample_rate=16000,
+        )
+    ]
+    assert submit.uploads == (Upload(sha256_hex(guess), guess),)
+    assert submit.turn.truncates == []
+    assert session.open_turns == [turn_id]
+    # published, but the client hears nothing of it: no turn.accepted, no frames
+    assert session.submit_succeeded(turn_id) == []
+    assert session.relay(started(turn_id)) == []
+    assert session.relay(chunk(turn_id, 0, "Hi")) == []
+    assert session.relay(chunk(turn_id, 1, " there")) == []
+    assert mic.say([0.0] * 8) == []  # 480 ms of silence: not confirmed yet
+    # 512 ms: the silence rule confirms the guess; the held frames follow, in order
+    assert mic.say([0.0]) == [
+        Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id)),
+        Send(TurnAccepted(turn_id, "c1")),
+        Send(ResponseStarted(turn_id, "m")),
+        Send(ResponseDelta(turn_id, 0, "Hi")),
+        Send(ResponseDelta(turn_id, 1, " there")),
+    ]
+    assert session.open_turns == [turn_id]  # no second turn
+    # from now on its frames go straight to the client
+    assert session.relay(chunk(turn_id, 2, "!")) == [Send(ResponseDelta(turn_id, 2, "!"))]
+    [done] = session.relay(completed(turn_id, conversation_id="c1", text="Hi there!"))
+    assert isinstance(done.event, ResponseDone)
+    assert session.open_turns == []
+
+
+def test_a_completion_held_for_a_guess_closes_the_turn_once_confirmed():
+    session, _, mic = listening()
+    turn_id = guessed(mic).turn.turn_id
+    session.submit_succeeded(turn_id)
+    assert session.relay(chunk(turn_id, 0, "Hi")) == []
+    assert session.relay(completed(turn_id, conversation_id="c1", text="Hi")) == []
+    assert session.open_turns == [turn_id]
+    actions = mic.say([0.0] * 9)
+    assert [type(a.event) for a in actions] == [
+        InputSpeechStopped,
+        TurnAccepted,
+        ResponseDelta,
+        ResponseDone,
+    ]
+    assert session.open_turns == []
+
+
+def test_a_guess_confirmed_before_its_submit_succeeded_is_accepted_at_the_ack():
+    session, _, mic = listening()
+    turn_id = guessed(mic).turn.turn_id
+    assert mic.say([0.0] * 8) == []
+    # confirmed: the client learns the turn id; no second turn is submitted
+    assert mic.say([0.0]) == [Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id))]
+    assert session.open_turns == [turn_id]
+    assert session.relay(started(turn_id)) == []  # ahead of the Kafka ack: held
+    assert session.submit_succeeded(turn_id) == [
+        Send(TurnAccepted(turn_id, "c1")),
+        Send(ResponseStarted(turn_id, "m")),
+    ]
+    assert session.relay(chunk(turn_id, 0, "Hi")) == [Send(ResponseDelta(turn_id, 0, "Hi"))]
+
+
+def test_a_resumed_utterance_withdraws_the_guess_and_its_end_makes_a_new_turn():
+    session, clock, mic = listening()
+    clock.now = 2000.0
+    first = guessed(mic).turn.turn_id
+    assert session.submit_succeeded(first) == []
+    clock.now = 2100.0
+    # the user goes on talking (frame 23, 256 ms into the silence): the guess was wrong
+    assert mic.say([0.9] * 10) == withdrawn(first, 2100.0)
+    # its answer's frames go nowhere
+    assert session.relay(started(first)) == []
+    assert session.relay(chunk(first, 0, "Hi")) == []
+    assert session.open_turns == [first]  # until its completion
+    # the next pause guesses again: a new turn, with the whole utterance (frames 0..39),
+    # carrying the withdrawal so the history never holds the first guess
+    assert mic.say([0.0] * 6) == []
+    [second] = mic.say([0.0])
+    assert isinstance(second, SubmitTurn)
+    turn_id = second.turn.turn_id
+    assert turn_id != first
+    assert second.turn.truncates == [Truncation(first, "", withdrawn=True)]
+    utterance = numbered(0, 40)
+    assert second.uploads == (Upload(sha256_hex(utterance), utterance),)
+    assert session.open_turns == [first, turn_id]
+    assert session.submit_succeeded(turn_id) == []
+    # the withdrawn turn's end sends nothing and closes its route
+    assert session.relay(completed(first, conversation_id="c1", text="Hi")) == []
+    assert session.open_turns == [turn_id]
+    # the utterance's real end confirms the second guess: no third turn
+    assert mic.say([0.0] * 8) == []
+    assert mic.say([0.0]) == [
+        Send(InputSpeechStopped("mic", 33 * 32.0, turn_id=turn_id)),
+        Send(TurnAccepted(turn_id, "c1")),
+    ]
+    assert session.open_turns == [turn_id]
+    # the withdrawal was carried once
+    assert next_turn(session).turn.truncates == []
+
+
+def test_a_withdrawn_turns_ack_sends_nothing_and_frees_the_lane_for_the_next_guess():
+    session, clock, mic = listening()
+    first = guessed(mic).turn.turn_id
+    assert mic.say([0.9] * 10) == withdrawn(first, clock.now)
+    assert mic.say([0.0] * 6) == []
+    # the second guess waits for the conversation's publish lane (the first is in flight)
+    assert mic.say([0.0]) == []
+    [second] = session.submit_succeeded(first)  # nothing for the client, the next submit
+    assert isinstance(second, SubmitTurn)
+    turn_id = second.turn.turn_id
+    assert second.turn.truncates == [Truncation(first, "", withdrawn=True)]
+    assert session.open_turns == [first, turn_id]
+    # confirmed before its ack: turn.accepted comes with the ack
+    assert mic.say([0.0] * 9) == [Send(InputSpeechStopped("mic", 33 * 32.0, turn_id=turn_id))]
+    assert session.submit_succeeded(turn_id) == [Send(TurnAccepted(turn_id, "c1"))]
+    assert session.relay(chunk(first, 0, "Hi")) == []
+    assert session.relay(completed(first, conversation_id="c1", text="Hi")) == []
+    assert session.open_turns == [turn_id]
+
+
+def test_a_withdrawn_spoken_turns_audio_goes_nowhere():
+    session, clock, mic = listening(speech=True)
+    first = guessed(mic).turn.turn_id
+    session.submit_succeeded(first)
+    assert mic.say([0.9] * 10) == withdrawn(first, clock.now)
+    assert session.relay(started(first)) == []
+    assert session.relay(audio(first, 0, FIRST, 0, 1000)) == []
+    assert session.relay(audio(first, 1, "", len(FIRST), 0, final=True)) == []
+    assert session.relay(completed(first, conversation_id="c1", text=FIRST)) == []
+    assert session.open_turns == []
+    # its voice never played: it is not kept as an answer still playing
+    assert only_error(interrupt(session, first)).code == "unknown_turn"
+
+
+def test_after_a_barge_in_a_pause_submits_a_speculative_turn():
+    session, clock, mic = listening(speech=True)
+    answer = speaking_turn(session, clock, at=5000.0)
+    clock.now = 5400.0
+    assert mic.say([0.9] * 18) == [Send(InputSpeechStarted("mic", 0.0))]
+    assert mic.say([0.9]) == truncated(answer, "Hello", 400.0, reason="barge_in", at=5400.0)
+    assert mic.say([0.0] * 6) == []
+    [submit] = mic.say([0.0])  # 224 ms of silence after the barge-in: a guess
+    assert isinstance(submit, SubmitTurn)
+    turn_id = submit.turn.turn_id
+    assert submit.turn.truncates == [Truncation(answer, "Hello", 400.0)]
+    assert submit.turn.speech == SpeechSettings("joe")
+    assert session.submit_succeeded(turn_id) == []
+    assert mic.say([0.0] * 9) == [
+        Send(InputSpeechStopped("mic", 19 * 32.0, turn_id=turn_id)),
+        Send(TurnAccepted(turn_id, "c1")),
+    ]
+
+
+def test_a_backchannel_over_the_assistant_is_never_guessed_to_be_a_turn():
+    session, clock, mic = listening(speech=True)
+    turn_id = speaking_turn(session, clock)
+    # 384 ms over the answer, then 224 ms of silence: still no turn
+    assert mic.say([0.9] * 12 + [0.0] * 7) == [Send(InputSpeechStarted("mic", 0.0))]
+    assert mic.say([0.0] * 9) == [Send(InputSpeechStopped("mic", 12 * 32.0, ignored="backchannel"))]
+    assert session.open_turns == [turn_id]
+
+
+# ---- speculative turns: what a void guess gives back, and when a guess is void ------------
+def test_a_withdrawn_guess_gives_back_the_barge_in_truncation_it_carried():
+    # regression: a guess took the conversation's pending truncations into its `truncates`;
+    # withdrawn, it dropped them, so the history kept the whole interrupted answer
+    session, clock, mic = listening(speech=True)
+    answer = speaking_turn(session, clock, at=5000.0)
+    clock.now = 5400.0
+    mic.say([0.9] * 18)
+    assert mic.say([0.9]) == truncated(answer, "Hello", 400.0, reason="barge_in", at=5400.0)
+    assert mic.say([0.0] * 6) == []
+    [guess] = mic.say([0.0])
+    first = guess.turn.turn_id
+    assert guess.turn.truncates == [Truncation(answer, "Hello", 400.0)]
+    assert session.submit_succeeded(first) == []
+    clock.now = 5700.0
+    assert mic.say([0.9]) == withdrawn(first, 5700.0)
+    # the next turn of the conversation carries both: the barge-in first
+    assert mic.say([0.0] * 6) == []
+    [second] = mic.say([0.0])
+    assert isinstance(second, SubmitTurn) and second.turn.turn_id != first
+    assert second.turn.truncates == [
+        Truncation(answer, "Hello", 400.0),
+        Truncation(first, "", withdrawn=True),
+    ]
+    assert session.submit_succeeded(second.turn.turn_id) == []
+    assert next_turn(session).turn.truncates == []  # carried once
+
+
+def test_a_withdrawn_guess_gives_back_to_a_typed_turn_too():
+    session, clock, mic = listening(speech=True)
+    answer = speaking_turn(session, clock, at=5000.0)
+    clock.now = 5400.0
+    mic.say([0.9] * 19)  # barge-in
+    mic.say([0.0] * 6)
+    first = mic.say([0.0])[0].turn.turn_id
+    session.submit_succeeded(first)
+    assert mic.say([0.9]) == withdrawn(first, 5400.0)
+    assert next_turn(session).turn.truncates == [
+        Truncation(answer, "Hello", 400.0),
+        Truncation(first, "", withdrawn=True),
+    ]
+
+
+def test_turning_detection_off_withdraws_the_guess_still_out():
+    # regression: the guess outlived its voice loop: never confirmed nor withdrawn
+    session, clock, mic = listening()
+    clock.now = 3000.0
+    first = guessed(mic).turn.turn_id
+    assert update(session, turn_detection=None) == [
+        *withdrawn(first, 3000.0),
+        Send(SessionUpdated(None, None, VOICES)),
+    ]
+    # its ack, frames and completion send nothing; the completion closes its route
+    assert session.submit_succeeded(first) == []
+    assert session.relay(started(first)) == []
+    assert session.relay(chunk(first, 0, "Hi")) == []
+    assert session.open_turns == [first]
+    assert session.relay(completed(first, conversation_id="c1", text="Hi")) == []
+    assert session.open_turns == []
+    assert next_turn(session).turn.truncates == [Truncation(first, "", withdrawn=True)]
+
+
+def test_moving_detection_to_a_new_stream_withdraws_the_guess_of_the_old_one():
+    # max_utterance_ms ends the new stream's utterance while the user still talks: no pause,
+    # so no guess of its own; it must not confirm the old stream's guess
+    session, clock, mic = listening(vad=VadRules(max_utterance_ms=640.0))
+    clock.now = 3000.0
+    first = guessed(mic).turn.turn_id  # frame 22, before the 640 ms cap (frame 25)
+    assert session.submit_succeeded(first) == []
+    moved = {"conversation_id": "c1", "stream_id": "mic2"}
+    assert update(session, turn_detection=moved) == [
+        *withdrawn(first, 3000.0),
+        Send(SessionUpdated(None, TurnDetection("c1", "mic2"), VOICES)),
+    ]
+    mic2 = Mic(session, "mic2")
+    mic2.n = 100  # audio unlike the old stream's
+    [started_, stopped, submit] = mic2.say([0.9] * 20)
+    assert started_ == Send(InputSpeechStarted("mic2", 0.0))
+    assert isinstance(submit, SubmitTurn)
+    turn_id = submit.turn.turn_id
+    assert turn_id != first
+    assert stopped == Send(InputSpeechStopped("mic2", 640.0, turn_id=turn_id))
+    utterance = numbered(100, 20)
+    assert submit.uploads == (Upload(sha256_hex(utterance), utterance),)
+    assert submit.turn.truncates == [Truncation(first, "", withdrawn=True)]
+    assert session.open_turns == [first, turn_id]
+    assert session.submit_succeeded(turn_id) == [Send(TurnAccepted(turn_id, "c1"))]
+    assert session.relay(completed(first, conversation_id="c1", text="Hi")) == []
+    assert session.open_turns == [turn_id]
+
+
+def test_an_update_that_keeps_the_detection_keeps_the_guess():
+    session, _, mic = listening()
+    turn_id = guessed(mic).turn.turn_id
+    session.submit_succeeded(turn_id)
+    assert update(session, turn_detection=DETECTION) == [
+        Send(SessionUpdated(None, TurnDetection("c1", "mic"), VOICES))
+    ]
+    assert update(session, speech={"voice": "joe"}) == [
+        Send(SessionUpdated(SpeechOptions("joe"), TurnDetection("c1", "mic"), VOICES))
+    ]
+    assert mic.say([0.0] * 9) == [
+        Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id)),
+        Send(TurnAccepted(turn_id, "c1")),
+    ]
+
+
+def test_a_refused_guess_is_silent_and_the_utterance_end_reports_too_many_turns_once():
+    session, _, mic = listening(max_open_turns=1)
+    typed = next_turn(session, "c2").turn.turn_id  # the one turn allowed, still open
+    assert mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6) == [Send(InputSpeechStarted("mic", 192.0))]
+    assert mic.say([0.0]) == []  # the guess is refused: no error for the client
+    assert session.open_turns == [typed]
+    assert mic.say([0.0] * 8) == []
+    err = only_error(mic.say([0.0]))
+    assert err.code == "too_many_turns"
+    assert session.open_turns == [typed]
+
+
+def test_a_failed_guess_sends_no_error_and_the_utterance_end_submits_it_anew():
+    session, _, mic = listening()
+    first = guessed(mic).turn.turn_id
+    assert session.submit_failed(first, BrokerUnavailable("kafka down")) == []
+    assert session.open_turns == []
+    assert mic.say([0.0] * 8) == []
+    [stopped, submit] = mic.say([0.0])
+    assert isinstance(submit, SubmitTurn)
+    turn_id = submit.turn.turn_id
+    assert turn_id != first
+    assert stopped == Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id))
+    utterance = numbered(0, 6 + 10 + 16)
+    assert submit.uploads == (Upload(sha256_hex(utterance), utterance),)
+    assert submit.turn.truncates == []
+    assert session.open_turns == [turn_id]
+    assert session.submit_succeeded(turn_id) == [Send(TurnAccepted(turn_id, "c1"))]
+
+
+def test_a_failed_guess_gives_back_the_barge_in_truncation_it_carried():
+    session, clock, mic = listening(speech=True)
+    answer = speaking_turn(session, clock, at=5000.0)
+    clock.now = 5400.0
+    mic.say([0.9] * 19)  # barge-in
+    mic.say([0.0] * 6)
+    [guess] = mic.say([0.0])
+    assert guess.turn.truncates == [Truncation(answer, "Hello", 400.0)]
+    assert session.submit_failed(guess.turn.turn_id, BrokerUnavailable("down")) == []
+    [stopped, submit] = mic.say([0.0] * 9)
+    assert isinstance(stopped.event, InputSpeechStopped) and isinstance(submit, SubmitTurn)
+    assert submit.turn.truncates == [Truncation(answer, "Hello", 400.0)]
+
+
+def test_a_failed_guess_frees_the_lane_for_the_turn_waiting_behind_it():
+    session, _, mic = listening()
+    first = guessed(mic).turn.turn_id
+    assert session.receive(frame(type="turn.create", conversation_id="c1", text="x")) == []
+    [waiting] = session.submit_failed(first, BrokerUnavailable("down"))
+    assert isinstance(waiting, SubmitTurn) and waiting.turn.text == "x"
+
+
+def test_a_confirmed_guess_that_fails_reports_the_error():
+    session, _, mic = listening()
+    turn_id = guessed(mic).turn.turn_id
+    mic.say([0.0] * 9)  # confirmed before its ack: the client knows the turn
+    err = only_error(session.submit_failed(turn_id, BrokerUnavailable("down")))
+    assert (err.code, err.turn_id) == ("broker_unavailable", turn_id)
+    assert session.open_turns == []
+
+
+def test_a_withdrawn_guess_that_fails_sends_nothing():
+    session, _, mic = listening()
+    first = guessed(mic).turn.turn_id
+    mic.say([0.9])  # withdrawn
+    assert session.submit_failed(first, BrokerUnavailable("down")) == []
+    assert session.open_turns == []
+    assert next_turn(session).turn.truncates == [Truncation(first, "", withdrawn=True)]
+
+
+def test_a_guess_withdrawn_after_the_token_expired_is_still_cancelled():
+    session, clock, mic = listening()
+    first = guessed(mic).turn.turn_id
+    assert session.submit_succeeded(first) == []
+    # the frame that resumes the utterance is appended while the token is still valid...
+    resume = numbered(mic.n, 1)
+    [detect] = session.receive(frame(type="audio.append", stream_id="mic", data=b64(resume)))
+    # ...then the token expires: the next message drops the principal
+    clock.now = (session.principal.expires_at_s + 1) * 1000
+    late = frame(type="audio.append", stream_id="mic", data=b64(numbered(0, 1)))
+    assert only_error(session.receive(late)).code == "token_expired"
+    assert not session.authenticated
+    # the scores arrive: the guess is withdrawn and stopped, with no truncation published
+    assert session.voice_activity("mic", detect.frames, [0.9]) == [
+        RequestCancel(first, "c1", "withdrawn")
+    ]
+    assert session.relay(started(first)) == []
+    assert session.relay(chunk(first, 0, "Hi")) == []
+    assert session.relay(completed(first, conversation_id="c1", text="Hi")) == []
+    assert session.open_turns == []
+    # a renewed token: the conversation's next turn still carries the withdrawal
+    renewed = mint_token(SECRET, "alice", "acme", ttl_s=10**7)
+    session.receive(frame(type="session.authenticate", token=renewed))
+    assert session.authenticated
+    assert next_turn(session).turn.truncates == [Truncation(first, "", withdrawn=True)]

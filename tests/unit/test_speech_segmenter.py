@@ -373,3 +373,27 @@ def test_split_independence_on_random_text() -> None:
         assert segments_of(list(text), config) == reference
         for _ in range(5):
             assert segments_of(random_chunks(text, rng), config) == reference
+
+
+def test_a_smaller_first_hard_max_gets_the_first_piece_out_at_a_word_boundary() -> None:
+    config = SegmenterConfig(first_hard_max_chars=24)
+    text = "You said: What is the capital of France? It is a long way to Paris, my friend."
+    expected = [
+        "You said: What is the ",
+        "capital of France? ",
+        "It is a long way to Paris, ",
+        "my friend.",
+    ]
+    assert [s.text for s in segments_of([text], config)] == expected
+    rng = random.Random(5)
+    for _ in range(50):  # the same pieces however the stream is split
+        cuts = sorted(rng.sample(range(1, len(text)), 8))
+        chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        assert [s.text for s in segments_of(chunks, config)] == expected
+
+
+def test_first_hard_max_is_validated() -> None:
+    with pytest.raises(ValueError, match="first_hard_max_chars"):
+        SegmenterConfig(min_chars=10, first_hard_max_chars=5)
+    with pytest.raises(ValueError, match="first_hard_max_chars"):
+        SegmenterConfig(hard_max_chars=120, first_hard_max_chars=200)

@@ -7,6 +7,8 @@ from ws_edge.voice_loop import (
     FRAME_MS,
     BargeIn,
     SpeechEnded,
+    SpeechPaused,
+    SpeechResumed,
     SpeechStarted,
     VadRules,
     VoiceLoop,
@@ -14,6 +16,8 @@ from ws_edge.voice_loop import (
 
 SPEECH = 0.9
 SILENCE = 0.0
+# the end-pointing rules without speculation (no SpeechPaused / SpeechResumed)
+NO_GUESS = VadRules(early_silence_ms=0)
 
 
 def frame(n: int) -> bytes:
@@ -74,7 +78,7 @@ def test_speech_is_confirmed_only_after_min_speech_ms():
 
 
 def test_a_click_shorter_than_min_speech_produces_no_events():
-    mic = Mic()
+    mic = Mic(NO_GUESS)
     events = mic.feed([SILENCE] * 10 + [SPEECH] * 3 + [SILENCE] * 40)
     assert events == []
     # the click's audio is not carried into the next utterance: only the pad is
@@ -91,7 +95,7 @@ def test_a_click_shorter_than_min_speech_produces_no_events():
 
 
 def test_speech_ends_after_silence_ms_with_the_pad_before_it():
-    mic = Mic()
+    mic = Mic(NO_GUESS)
     events = mic.feed([SILENCE] * 10 + [SPEECH] * 10 + [SILENCE] * 15)
     assert events == [SpeechStarted(at_ms=320.0)]  # 15 x 32 = 480 ms < 500 ms of silence
     [ended] = mic.feed([SILENCE])  # 16 x 32 = 512 ms
@@ -104,14 +108,14 @@ def test_speech_ends_after_silence_ms_with_the_pad_before_it():
 
 
 def test_pad_shorter_than_the_silence_before_speech():
-    mic = Mic(VadRules(pad_ms=100.0))  # int(100 / 32) = 3 frames
+    mic = Mic(VadRules(pad_ms=100.0, early_silence_ms=0))  # int(100 / 32) = 3 frames
     mic.feed([SILENCE] * 10 + [SPEECH] * 10)
     [ended] = mic.feed([SILENCE] * 16)
     assert ended.pcm == frames(7, 3 + 10 + 16)
 
 
 def test_hysteresis_keeps_speech_going_between_threshold_less_015_and_threshold():
-    mic = Mic()
+    mic = Mic(NO_GUESS)
     # speech 0..9, then 20 frames at 0.4 (below 0.5 but above 0.35): still speech
     events = mic.feed([SPEECH] * 10 + [0.4] * 20 + [SILENCE] * 15)
     assert events == [SpeechStarted(at_ms=0.0)]
@@ -120,7 +124,7 @@ def test_hysteresis_keeps_speech_going_between_threshold_less_015_and_threshold(
 
 
 def test_below_the_hysteresis_band_is_silence():
-    mic = Mic()
+    mic = Mic(NO_GUESS)
     events = mic.feed([SPEECH] * 10 + [0.3] * 16)
     assert events == [
         SpeechStarted(at_ms=0.0),
@@ -145,7 +149,7 @@ def test_max_utterance_forces_an_end_and_the_stream_goes_on():
 
 
 def test_barge_in_over_the_assistant_after_barge_in_ms():
-    mic = Mic()
+    mic = Mic(NO_GUESS)
     assert mic.feed([SILENCE] * 6, speaking=True) == []
     events = mic.feed([SPEECH] * 18, speaking=True)  # 18 x 32 = 576 ms < 600 ms
     assert events == [SpeechStarted(at_ms=192.0)]
@@ -174,7 +178,7 @@ def test_short_speech_over_the_assistant_is_a_backchannel():
 
 
 def test_speech_without_the_assistant_never_barges_in():
-    mic = Mic()
+    mic = Mic(NO_GUESS)
     events = mic.feed([SPEECH] * 100 + [SILENCE] * 16, speaking=False)
     assert [type(e) for e in events] == [SpeechStarted, SpeechEnded]
     assert events[1].backchannel is False
@@ -182,7 +186,7 @@ def test_speech_without_the_assistant_never_barges_in():
 
 
 def test_whether_the_assistant_speaks_is_taken_when_speech_starts():
-    mic = Mic()
+    mic = Mic(NO_GUESS)
     mic.feed([SPEECH] * 2, speaking=False)
     # the assistant starts talking after the user did: not a barge-in
     events = mic.feed([SPEECH] * 30 + [SILENCE] * 16, speaking=True)
@@ -191,9 +195,105 @@ def test_whether_the_assistant_speaks_is_taken_when_speech_starts():
 
 
 def test_long_silence_keeps_at_most_the_pad():
-    mic = Mic()
+    mic = Mic(NO_GUESS)
     assert mic.feed([SILENCE] * 5000) == []
     events = mic.feed([SPEECH] * 10 + [SILENCE] * 16)
     [_, ended] = events
     assert len(ended.pcm) == (6 + 10 + 16) * FRAME_BYTES
     assert ended.pcm == frames(5000 - 6, 6 + 10 + 16)
+
+
+# ---- early end (speculation) ---------------------------------------------------------------
+def test_default_rules_guess_the_end_after_200_ms_of_silence():
+    assert VadRules().early_silence_ms == 200.0
+
+
+def test_speech_paused_after_early_silence_ms_with_the_utterance_so_far():
+    mic = Mic()
+    # pad 0..5, speech 6..15, then 6 x 32 = 192 ms of silence (16..21): no guess yet
+    assert mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 6) == [SpeechStarted(at_ms=192.0)]
+    # the 7th silent frame makes 224 ms >= 200 ms
+    assert mic.feed([SILENCE]) == [
+        SpeechPaused(start_ms=192.0, end_ms=16 * 32.0, pcm=frames(0, 23))
+    ]
+    assert mic.feed([SILENCE] * 8) == []  # one guess; 15 x 32 = 480 ms < 500 ms
+    # the silence rule ends it as before, with the whole utterance
+    assert mic.feed([SILENCE]) == [
+        SpeechEnded(start_ms=192.0, end_ms=16 * 32.0, pcm=frames(0, 32), backchannel=False)
+    ]
+
+
+def test_speech_resumed_before_silence_ms_then_a_new_guess_then_the_end():
+    mic = Mic()
+    assert mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 7) == [
+        SpeechStarted(at_ms=192.0),
+        SpeechPaused(start_ms=192.0, end_ms=16 * 32.0, pcm=frames(0, 23)),
+    ]
+    assert mic.feed([SILENCE] * 3) == []  # frames 23..25
+    # speech again at frame 26, 320 ms into the silence (< 500 ms): the guess was wrong
+    assert mic.feed([SPEECH] * 5) == [SpeechResumed(at_ms=26 * 32.0)]
+    assert mic.feed([SPEECH] * 5) == []  # resumed once (frames 27..35)
+    assert mic.feed([SILENCE] * 6) == []  # frames 36..41: 192 ms
+    # a second pause: a second guess, with both parts of the utterance
+    assert mic.feed([SILENCE]) == [
+        SpeechPaused(start_ms=192.0, end_ms=36 * 32.0, pcm=frames(0, 43))
+    ]
+    assert mic.feed([SILENCE] * 8) == []
+    [ended] = mic.feed([SILENCE])  # frame 51: 16 silent frames after 35
+    assert ended == SpeechEnded(
+        start_ms=192.0, end_ms=36 * 32.0, pcm=frames(0, 52), backchannel=False
+    )
+    # both parts: the first speech (6..15), the silence between, the second (26..35)
+    assert ended.pcm[6 * FRAME_BYTES : 16 * FRAME_BYTES] == frames(6, 10)
+    assert ended.pcm[26 * FRAME_BYTES : 36 * FRAME_BYTES] == frames(26, 10)
+    # the next utterance starts afresh: its own guess, its own end
+    events = mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 16)  # speech at 58..67
+    assert events == [
+        SpeechStarted(at_ms=58 * 32.0),
+        SpeechPaused(start_ms=58 * 32.0, end_ms=68 * 32.0, pcm=frames(52, 6 + 10 + 7)),
+        SpeechEnded(
+            start_ms=58 * 32.0, end_ms=68 * 32.0, pcm=frames(52, 6 + 10 + 16), backchannel=False
+        ),
+    ]
+
+
+def test_a_click_is_never_guessed_to_be_an_utterance():
+    mic = Mic()
+    assert mic.feed([SILENCE] * 6 + [SPEECH] * 3 + [SILENCE] * 40) == []
+
+
+def test_a_backchannel_candidate_is_never_guessed_to_be_an_utterance():
+    mic = Mic()
+    # 12 x 32 = 384 ms over the assistant (< barge_in_ms), then 224 ms of silence: no guess
+    events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 7, speaking=True)
+    assert events == [SpeechStarted(at_ms=192.0)]
+    assert mic.feed([SILENCE] * 9, speaking=True) == [
+        SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 6 + 12 + 16), backchannel=True)
+    ]
+
+
+def test_after_a_barge_in_a_pause_is_guessed_to_end_the_utterance():
+    mic = Mic()
+    events = mic.feed([SPEECH] * 19, speaking=True)  # 19 x 32 = 608 ms >= 600 ms
+    assert events == [SpeechStarted(at_ms=0.0), BargeIn(at_ms=18 * 32.0)]
+    assert mic.feed([SILENCE] * 6, speaking=True) == []
+    assert mic.feed([SILENCE], speaking=True) == [
+        SpeechPaused(start_ms=0.0, end_ms=19 * 32.0, pcm=frames(0, 26))
+    ]
+    assert mic.feed([SILENCE] * 9, speaking=True) == [
+        SpeechEnded(start_ms=0.0, end_ms=19 * 32.0, pcm=frames(0, 35), backchannel=False)
+    ]
+
+
+def test_early_silence_ms_of_zero_or_at_least_silence_ms_never_guesses():
+    for rules in (
+        VadRules(early_silence_ms=0),
+        VadRules(early_silence_ms=500.0),  # = silence_ms
+        VadRules(early_silence_ms=800.0),
+    ):
+        mic = Mic(rules)
+        events = mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 10 + [SPEECH] * 10)
+        assert events == [SpeechStarted(at_ms=192.0)], rules
+        assert mic.feed([SILENCE] * 16) == [
+            SpeechEnded(start_ms=192.0, end_ms=36 * 32.0, pcm=frames(0, 52), backchannel=False)
+        ], rules

@@ -98,6 +98,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
             segments=SegmenterConfig(
                 min_chars=settings.tts_segment_min_chars,
                 max_chars=settings.tts_segment_max_chars,
+                first_hard_max_chars=settings.tts_first_segment_max_chars,
             ),
         ),
         clock_ms=now_ms,
