@@ -32,7 +32,6 @@ import dataclasses
 import itertools
 import json
 import random
-import shutil
 import sys
 import time
 import uuid
@@ -43,9 +42,9 @@ from dataclasses import dataclass, field
 import uvloop
 from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from infra.kafka.topics import ensure_topics
-from infra.stack import REPO
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import decode
 from schemas.events import TurnAssembled, TurnCompleted
@@ -62,8 +61,6 @@ from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ResponseDelta, ResponseDone
 from ws_edge.server import EdgeServer
 
-RESULTS = REPO / "bench" / "results"
-FIGURES = REPO / "bench" / "figures"
 STRATEGIES = ("router", "round_robin", "random", "key_hash")
 POOL = "chat"
 TENANT = "bench"  # enterprise in the dev tenant registry: rate limits far above this load
@@ -495,10 +492,7 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
         f"ms/token, cache {args.cache_tokens} tokens, {args.max_num_seqs} seqs"
     )
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(RESULTS / "routing.png", dpi=100)
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    shutil.copy(RESULTS / "routing.png", FIGURES / "routing.png")
+    save_figure(fig, "routing")
 
 
 async def main_async(args: argparse.Namespace) -> None:

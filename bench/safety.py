@@ -18,22 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 import uuid
 
 import uvloop
 
+from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from infra.stack import REPO
 from schemas.settings import Settings
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone
 
-RESULTS = REPO / "bench" / "results"
 POLICIES = ("off", "optimistic", "hold_back")
 SECRET = "sk-proj-" + "A1b2C3d4" * 5
 BENIGN = " ".join(f"word{i}" for i in range(120))  # the fake engine echoes it: ~125 tokens
@@ -152,11 +150,7 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
     right.set_ylabel("tokens generated after the unsafe one, p50")
     right.legend()
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(RESULTS / "safety.png", dpi=100)
-    figures = REPO / "bench" / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    shutil.copy(RESULTS / "safety.png", figures / "safety.png")
+    save_figure(fig, "safety")
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -15,8 +15,9 @@ is what speaking costs).
 
 Barge-in: while an answer streams and speaks, the client sends `turn.interrupt`; it times
 `response.audio.done` (no more audio will come: the edge dropped what was queued) and
-`response.done` (generation stopped: the engine aborted), and counts audio frames after the
-interrupt (must be 0).
+`response.done` (generation stopped: the engine aborted), and counts audio frames that were
+already on the wire when the interrupt left the client (the client drops them) and frames
+after `response.audio.done` (must be 0).
 
     python -m bench.voice                 # 10 questions and 10 barge-ins per voice (~3 min)
     python -m bench.voice --turns 20 --token-ms 20 --silence-ms 300
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import sys
 import time
 import uuid
@@ -37,8 +37,8 @@ import uuid
 import numpy as np
 import uvloop
 
+from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from infra.stack import REPO
 from schemas.settings import Settings
 from tests.support.media import espeak_wav, pcm16, quiet_room
 from tests.support.stack import pipeline
@@ -60,7 +60,6 @@ from ws_edge.messages import (
 from ws_edge.speech_detector import SpeechDetector
 from ws_edge.voice_loop import SpeechEnded, VadRules, VoiceLoop
 
-RESULTS = REPO / "bench" / "results"
 VOICES = ("joe", "espeak")
 QUESTION = "What is the capital of France?"
 LONG = " ".join(f"Tell me about city number {i}." for i in range(20))
@@ -125,16 +124,20 @@ async def barge_in(client: EdgeClient, voice: str) -> dict[str, float]:
         f"c-{uuid.uuid4().hex[:8]}", LONG, speech=SpeechOptions(voice)
     )
     sent = None
-    out = {"audio_after": 0.0}
+    stopped = False
+    out = {"in_flight": 0.0, "audio_after_done": 0.0}
     async for event in client.events(turn_id, speech=True):
         now = time.perf_counter()
         if isinstance(event, ResponseAudio):
             if sent is None:
                 sent = now
                 await client.interrupt(turn_id)
-            else:
-                out["audio_after"] += 1
+            elif stopped:  # the edge said no more audio, then sent some: a bug
+                out["audio_after_done"] += 1
+            else:  # already on the wire when the interrupt left the client
+                out["in_flight"] += 1
         if sent is not None and isinstance(event, ResponseAudioDone):
+            stopped = True
             out["audio_stopped_ms"] = (now - sent) * 1000
         if sent is not None and isinstance(event, ResponseDone):
             out["generation_stopped_ms"] = (now - sent) * 1000
@@ -190,7 +193,8 @@ def summary(results: dict[str, dict]) -> list[dict]:
         row["barge_audio_p99_ms"] = percentile([x["audio_stopped_ms"] for x in b], 99)
         row["barge_generation_p50_ms"] = percentile([x["generation_stopped_ms"] for x in b], 50)
         row["barge_generation_p99_ms"] = percentile([x["generation_stopped_ms"] for x in b], 99)
-        row["audio_frames_after_interrupt"] = sum(x["audio_after"] for x in b)
+        row["audio_frames_in_flight"] = sum(x["in_flight"] for x in b)
+        row["audio_frames_after_done"] = sum(x["audio_after_done"] for x in b)
         rows.append(row)
     return rows
 
@@ -205,12 +209,15 @@ def print_table(rows: list[dict]) -> None:
         )
         print(f"{r['voice']:>7} {cells} {r['audio_vs_text']:>10.2f}")
     print("barge-in, ms after turn.interrupt (p50 / p99)")
-    print(f"{'voice':>7} {'audio stopped':>16} {'generation stopped':>20} {'frames after':>13}")
+    print(
+        f"{'voice':>7} {'audio stopped':>16} {'generation stopped':>20} "
+        f"{'frames in flight':>17} {'after audio.done':>17}"
+    )
     for r in rows:
         print(
             f"{r['voice']:>7} {r['barge_audio_p50_ms']:>7.1f}/{r['barge_audio_p99_ms']:>7.1f} "
             f"{r['barge_generation_p50_ms']:>9.1f}/{r['barge_generation_p99_ms']:>9.1f} "
-            f"{r['audio_frames_after_interrupt']:>13.0f}"
+            f"{r['audio_frames_in_flight']:>17.0f} {r['audio_frames_after_done']:>17.0f}"
         )
 
 
@@ -244,11 +251,7 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
     right.set_title("barge-in")
     right.legend(fontsize=8)
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(RESULTS / "voice.png", dpi=100)
-    figures = REPO / "bench" / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    shutil.copy(RESULTS / "voice.png", figures / "voice.png")
+    save_figure(fig, "voice")
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -646,16 +646,7 @@ class Session:
             actions.append(
                 Send(ResponseTruncated(turn_id, truncation.audio_end_ms, truncation.text))
             )
-            event = TurnTruncated(
-                turn_id=turn_id,
-                conversation_id=route.conversation_id,
-                tenant_id=self.principal.tenant_id,
-                user_id=self.principal.user_id,
-                truncation=truncation,
-                reason=reason,
-                truncated_at_ms=self._clock_ms(),
-            )
-            actions.append(PublishTruncation(event))
+            actions += self._record_truncation(route, truncation, reason)
         if route.text_done:
             self._close(turn_id)
         return actions
@@ -770,18 +761,25 @@ class Session:
         self._give_back(route)
         self._truncations.setdefault(route.conversation_id, []).append(withdrawal)
         cancel = RequestCancel(turn_id, route.conversation_id, "withdrawn")
-        if self.principal is None:  # the token expired meanwhile: stop it all the same
-            return [cancel]
+        return [cancel, *self._record_truncation(route, withdrawal, "withdrawn")]
+
+    def _record_truncation(
+        self, route: _Route, truncation: Truncation, reason: str
+    ) -> list[Action]:
+        """Publish it (Kafka `turns.completed`); not when the token expired meanwhile (the
+        next turn still carries it)."""
+        if self.principal is None:
+            return []
         event = TurnTruncated(
-            turn_id=turn_id,
+            turn_id=truncation.turn_id,
             conversation_id=route.conversation_id,
             tenant_id=self.principal.tenant_id,
             user_id=self.principal.user_id,
-            truncation=withdrawal,
-            reason="withdrawn",
+            truncation=truncation,
+            reason=reason,
             truncated_at_ms=self._clock_ms(),
         )
-        return [cancel, PublishTruncation(event)]
+        return [PublishTruncation(event)]
 
     def _give_back(self, route: _Route) -> None:
         """A void guess returns the truncations it carried: the next turn carries them."""

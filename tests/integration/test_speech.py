@@ -113,9 +113,10 @@ async def test_an_interrupt_stops_generation_and_speech_and_truncates_the_histor
                 break
         events += [e async for e in client.events(turn_id, speech=True)]
         after = events[events.index("interrupted") + 1 :]
-        assert not any(isinstance(e, ResponseAudio) for e in after)
         stop = next(e for e in after if isinstance(e, ResponseAudioDone))
         assert stop.reason == "interrupted"
+        # frames already on the wire when the interrupt left may come; none after audio.done
+        assert not any(isinstance(e, ResponseAudio) for e in after[after.index(stop) :])
         truncated = next(e for e in after if isinstance(e, ResponseTruncated))
         assert truncated.text == first.text and truncated.audio_end_ms == first.duration_ms
         done = next(e for e in after if isinstance(e, ResponseDone))
