@@ -44,7 +44,9 @@ LONG_QUESTION = " ".join(f"Tell me about city number {i}." for i in range(12))
 
 
 @contextlib.asynccontextmanager
-async def stack(token_interval_s: float = 0.02, policy: str = "off"):
+async def stack(
+    token_interval_s: float = 0.02, policy: str = "off", *, with_tts: bool = True, **more
+):
     engine = FakeEngine(token_interval_s=token_interval_s)
     settings = Settings.from_env(
         namespace=f"speech-{uuid.uuid4().hex[:6]}",
@@ -52,9 +54,10 @@ async def stack(token_interval_s: float = 0.02, policy: str = "off"):
         safety_output_policy=policy,
         safety_window_tokens=20,
         safety_window_overlap=5,
+        **more,
     )
     async with (
-        pipeline(settings, engine, with_tts=True, with_safety=policy != "off") as running,
+        pipeline(settings, engine, with_tts=with_tts, with_safety=policy != "off") as running,
         EdgeClient.connect(running.url, running.token()) as client,
     ):
         yield running, engine, client
@@ -227,3 +230,15 @@ async def test_a_pause_mid_sentence_withdraws_the_guess_and_the_whole_sentence_i
         prompt = await assembled_prompt(running.settings, follow_up)
     questions = [m.content for m in prompt.messages if m.role == Role.USER]
     assert len(questions) == 2 and {"capital", "france"} <= set(words(questions[0]))
+
+
+async def test_with_no_tts_worker_the_text_is_whole_and_speech_ends_with_a_clear_error():
+    async with stack(with_tts=False, speech_deadline_s=1.0) as (_, _, client):
+        turn_id = await client.start_turn(conv(), "Hello there.", speech=SpeechOptions("joe"))
+        events = await collect(client, turn_id)
+    done = next(e for e in events if isinstance(e, ResponseDone))
+    assert done.finish_reason == FinishReason.STOP and done.text.startswith("You said: Hello")
+    assert not any(isinstance(e, ResponseAudio) for e in events)
+    ended = events[-1]
+    assert isinstance(ended, ResponseAudioDone) and ended.reason == "tts_unavailable"
+    assert ended.error is not None and ended.error.retryable
