@@ -197,7 +197,7 @@ def main() -> None:
                 time.sleep(3600)
         else:
             token = mint_token(settings.auth_secret, os.environ.get("USER", "you"), "local")
-            asyncio.run(chat(url, token))
+            asyncio.run(chat(url, token, settings.state_path / "speech"))
     except KeyboardInterrupt:
         pass
     except StackError as err:

@@ -4,6 +4,9 @@ Answers stream as they are generated. Ctrl-C while an answer streams cancels tha
 (generation stops in the engine); Ctrl-C or Ctrl-D at the prompt leaves. `/new` starts a new
 conversation, `/quit` leaves. `/image PATH-or-https-URL [question]` asks about a picture,
 `/audio PATH [text]` sends a recording (WAV, WebM/Opus, MP3...) as the question.
+`/speak [VOICE]` has answers spoken too (a terminal cannot play them: each answer's audio is
+saved as a WAV file in `--speech-dir`), `/speak off` stops; Ctrl-C then interrupts the
+answer (barge-in: the history keeps what was spoken so far).
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import signal
 import sys
 import uuid
+import wave
+from base64 import b64decode
 from pathlib import Path
 
 from schemas.settings import Settings
@@ -23,9 +29,13 @@ from ws_edge.messages import (
     ErrorEvent,
     InputTranscript,
     Part,
+    ResponseAudio,
+    ResponseAudioDone,
     ResponseDelta,
     ResponseDone,
     ResponseRetracted,
+    ResponseTruncated,
+    SpeechOptions,
 )
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -67,18 +77,68 @@ def media_command(line: str) -> tuple[str, list[Part]] | None:
     return text, [image_part(data) if command == "/image" else audio_part(data)]
 
 
-async def answer(client: EdgeClient, conversation: str, text: str, parts=()) -> None:
+def speak_command(line: str) -> str | None:
+    """`/speak [VOICE]` → the voice ("joe" by default), `/speak off` → "" ; None otherwise."""
+    words = line.split()
+    if not words or words[0] != "/speak":
+        return None
+    if len(words) > 2:
+        raise ValueError("usage: /speak [VOICE] or /speak off")
+    voice = words[1] if len(words) == 2 else "joe"
+    return "" if voice == "off" else voice
+
+
+def wav_bytes(pcm: bytes, sample_rate: int) -> bytes:
+    """A PCM s16 mono WAV file of the answer's audio."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(pcm)
+    return out.getvalue()
+
+
+def save_speech(folder: Path, turn_id: str, pcm: bytes, sample_rate: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{turn_id}.wav"
+    path.write_bytes(wav_bytes(pcm, sample_rate))
+    return path
+
+
+async def answer(
+    client: EdgeClient,
+    conversation: str,
+    text: str,
+    parts=(),
+    *,
+    speech_dir: Path | None = None,
+) -> None:
+    """`speech_dir`: speech is on; the answer's audio is saved there."""
     turn_id = await client.start_turn(conversation, text, parts=list(parts))
     loop = asyncio.get_running_loop()
     cancels: list[asyncio.Task[None]] = []
+    audio: list[bytes] = []
+    rate = 22050
 
     def on_interrupt() -> None:
         if not cancels:
-            cancels.append(loop.create_task(client.cancel(turn_id)))
+            stop = client.interrupt(turn_id) if speech_dir else client.cancel(turn_id)
+            cancels.append(loop.create_task(stop))
 
     loop.add_signal_handler(signal.SIGINT, on_interrupt)
     try:
-        async for event in client.events(turn_id):
+        async for event in client.events(turn_id, speech=speech_dir is not None):
+            if isinstance(event, ResponseAudio):
+                audio.append(b64decode(event.audio))
+                rate = event.sample_rate
+            elif isinstance(event, ResponseTruncated):
+                print(f"{DIM}\n[interrupted: the history keeps {event.text!r}]{RESET}")
+            elif isinstance(event, ResponseAudioDone) and speech_dir is not None:
+                pcm = b"".join(audio)
+                path = await asyncio.to_thread(save_speech, speech_dir, turn_id, pcm, rate)
+                seconds = len(pcm) / 2 / rate
+                print(f"{DIM}(spoke {seconds:.1f} s, {event.reason}: {path}){RESET}", flush=True)
             if isinstance(event, InputTranscript):
                 print(f"{DIM}(heard: {event.text}){RESET}\nassistant> ", end="", flush=True)
             elif isinstance(event, ResponseDelta):
@@ -104,15 +164,16 @@ async def answer(client: EdgeClient, conversation: str, text: str, parts=()) -> 
         loop.remove_signal_handler(signal.SIGINT)
 
 
-async def chat(url: str, token: str) -> None:
+async def chat(url: str, token: str, speech_dir: Path) -> None:
     async with EdgeClient.connect(url, token) as client:
         assert client.ready is not None
         print(
             f"connected to {url} as {client.ready.user_id} "
             "(Ctrl-C stops an answer, /new starts over, /image or /audio sends media, "
-            "/quit or Ctrl-D leaves)"
+            "/speak speaks, /quit or Ctrl-D leaves)"
         )
         conversation = f"chat-{uuid.uuid4().hex[:12]}"
+        speaking = False
         while True:
             line = await read_line("\nyou> ")
             if line is None or line.strip() == "/quit":
@@ -124,14 +185,27 @@ async def chat(url: str, token: str) -> None:
             if not line.strip():
                 continue
             try:
+                voice = speak_command(line)
+                if voice is not None:
+                    options = SpeechOptions(voice) if voice else None
+                    updated = await client.update_session(speech=options)
+                    speaking = updated.speech is not None
+                    state = f"on ({voice}; audio saved in {speech_dir})" if speaking else "off"
+                    print(f"(speech {state}; voices: {', '.join(updated.voices)})")
+                    continue
                 media = media_command(line)
             except (ValueError, OSError) as err:
                 print(f"[{err}]")
                 continue
+            except TurnRejected as err:
+                print(f"[{err.error.code}: {err.error.message}]")
+                continue
             text, parts = media if media is not None else (line, [])
             print("assistant> ", end="", flush=True)
             try:
-                await answer(client, conversation, text, parts)
+                await answer(
+                    client, conversation, text, parts, speech_dir=speech_dir if speaking else None
+                )
             except TurnRejected as err:
                 retry = " (retry)" if err.error.retryable else ""
                 print(f"[{err.error.code}: {err.error.message}{retry}]")
@@ -143,10 +217,16 @@ def main() -> None:
     parser.add_argument("--url", default=f"ws://127.0.0.1:{settings.edge_port}/")
     parser.add_argument("--user", default="you")
     parser.add_argument("--token", help="a signed token (default: minted with the dev secret)")
+    parser.add_argument(
+        "--speech-dir",
+        type=Path,
+        default=settings.state_path / "speech",
+        help="where /speak saves each answer's audio (WAV)",
+    )
     args = parser.parse_args()
     token = args.token or mint_token(settings.auth_secret, args.user, "local")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(chat(args.url, token))
+        asyncio.run(chat(args.url, token, args.speech_dir))
     print()
     sys.exit(0)
 

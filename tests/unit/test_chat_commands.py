@@ -1,10 +1,11 @@
 """The terminal chat's media commands (parsing only; the turns are tested end to end)."""
 
+import wave
 from base64 import b64decode
 
 import pytest
 
-from ws_edge.chat import media_command
+from ws_edge.chat import media_command, save_speech, speak_command
 from ws_edge.messages import AudioPart, ImagePart
 
 
@@ -33,3 +34,20 @@ def test_audio_from_a_file(tmp_path):
 def test_bad_commands_explain_themselves(line, says):
     with pytest.raises(ValueError, match=says):
         media_command(line)
+
+
+def test_speak_command():
+    assert speak_command("/speak") == "joe"
+    assert speak_command("/speak espeak") == "espeak"
+    assert speak_command("/speak off") == ""
+    assert speak_command("speak to me") is None
+    with pytest.raises(ValueError, match="usage"):
+        speak_command("/speak joe loudly")
+
+
+def test_saved_speech_is_a_wav_of_the_pcm(tmp_path):
+    pcm = bytes(range(256)) * 10
+    path = save_speech(tmp_path / "speech", "t1", pcm, 22050)
+    with wave.open(str(path)) as w:
+        assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 22050)
+        assert w.readframes(w.getnframes()) == pcm
