@@ -65,3 +65,27 @@ def test_any_failure_becomes_a_classifier_error():
     with pytest.raises(ClassifierError) as caught:
         model.score(["hello"])
     assert caught.value.code == "classifier_error"
+
+
+def test_hand_rolled_tfidf_matches_the_vectorizer_on_varied_text():
+    """`_features` reproduces `vectorizer.transform` (tokens, stop words, repeats, case,
+    unicode, out-of-vocabulary words) to the last bit that matters."""
+    from profanity_check import profanity_check as library
+
+    model = load()
+    rng = np.random.default_rng(11)
+    vocabulary = list(library.vectorizer.vocabulary_)
+    texts = [
+        "The the THE the, stupid STUPID idiot!",
+        "naïve café déjà vu — ünïcödé wörds and 日本語",
+        "qwertyuiop asdfghjkl zxcvbnm",  # nothing in the vocabulary
+        "a an the of",  # stop words only
+    ]
+    texts += [" ".join(rng.choice(vocabulary, size=int(rng.integers(1, 60)))) for _ in range(40)]
+    expected = library.vectorizer.transform(texts).toarray()
+    for text, row in zip(texts, expected, strict=True):
+        features = model._features(text)
+        dense = np.zeros(len(row))
+        dense[features.indices] = features.values
+        np.testing.assert_allclose(dense, row, atol=1e-12)
+    np.testing.assert_allclose(model._score_fast(texts), library.predict_prob(texts), atol=1e-9)
