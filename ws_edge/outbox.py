@@ -4,12 +4,20 @@ Relay events arrive from one shared Redis reader; a slow client must not stall i
 queue here; a client that falls `limit` frames or `limit_bytes` bytes behind is disconnected
 with an explicit close code (1013, try again later) instead of growing memory without
 bound (bytes matter: one `response.done` can be a whole answer).
+
+Coalescing: a text delta queued right behind a delta of the same turn that the writer has
+not taken yet joins it (one frame, the texts concatenated, the later `seq`). A reader that
+keeps up gets every delta as it comes; one that falls behind gets fewer, bigger frames, so
+a slow reader costs one pending frame per answer instead of one per token, and only a
+reader that stops altogether reaches the bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+
+from ws_edge.messages import ResponseDelta, encode_server
 
 
 class OutboxOverflow(RuntimeError):
@@ -24,6 +32,8 @@ class Outbox:
         self.queued_bytes = 0
         self._ready = asyncio.Event()
         self.closed = False
+        self._tail_delta: ResponseDelta | None = None  # the last queued frame, if a delta
+        self.coalesced = 0  # deltas merged into the one before them
 
     def put(self, frame: str, tag: str | None = None) -> None:
         """Queue a frame; a `tag` (a turn's audio) lets `drop` remove it while queued."""
@@ -35,7 +45,31 @@ class Outbox:
             )
         self._frames.append((frame, tag))
         self.queued_bytes += len(frame)
+        self._tail_delta = None
         self._ready.set()
+
+    def put_delta(self, delta: ResponseDelta) -> None:
+        """Queue a text delta, merged into the queued one before it when that is the same
+        turn's (the writer is behind)."""
+        previous = self._tail_delta
+        if self.closed or previous is None or previous.turn_id != delta.turn_id:
+            self.put(encode_server(delta))
+            self._tail_delta = delta
+            return
+        merged = ResponseDelta(delta.turn_id, delta.seq, previous.text + delta.text)
+        frame = encode_server(merged)
+        old, tag = self._frames.pop()
+        self.queued_bytes -= len(old)
+        if self.queued_bytes + len(frame) > self._limit_bytes:
+            self._frames.append((old, tag))
+            self.queued_bytes += len(old)
+            raise OutboxOverflow(
+                f"client is {len(self._frames)} frames ({self.queued_bytes} bytes) behind"
+            )
+        self._frames.append((frame, tag))
+        self.queued_bytes += len(frame)
+        self._tail_delta = merged
+        self.coalesced += 1
 
     def drop(self, tag: str) -> int:
         """Remove the queued frames tagged `tag` (a barge-in's audio); how many went."""
@@ -44,6 +78,7 @@ class Outbox:
         if dropped:
             self._frames = kept
             self.queued_bytes = sum(len(frame) for frame, _ in kept)
+            self._tail_delta = None  # the tail may have changed: no merge into it
         return dropped
 
     async def take_all(self) -> list[str]:
@@ -54,6 +89,7 @@ class Outbox:
         frames = [frame for frame, _ in self._frames]
         self._frames.clear()
         self.queued_bytes = 0
+        self._tail_delta = None
         return frames
 
     def __len__(self) -> int:

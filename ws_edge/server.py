@@ -37,7 +37,7 @@ from ws_edge.errors import (
     UnknownTurn,
 )
 from ws_edge.media import MediaLimits
-from ws_edge.messages import FeedbackRecorded, ResponseAudio, encode_server
+from ws_edge.messages import FeedbackRecorded, ResponseAudio, ResponseDelta, encode_server
 from ws_edge.outbox import Outbox, OutboxOverflow
 from ws_edge.pool_load import PoolLoad
 from ws_edge.rate_limit import RateLimiter
@@ -227,8 +227,11 @@ class _Connection:
             match action:
                 case Send(event):
                     try:
-                        tag = event.turn_id if isinstance(event, ResponseAudio) else None
-                        self.outbox.put(encode_server(event), tag=tag)
+                        if isinstance(event, ResponseDelta):
+                            self.outbox.put_delta(event)
+                        else:
+                            tag = event.turn_id if isinstance(event, ResponseAudio) else None
+                            self.outbox.put(encode_server(event), tag=tag)
                     except OutboxOverflow as err:
                         log.warning("closing slow client: %s", err)
                         self.edge.slow_clients_closed += 1
