@@ -6,7 +6,8 @@ with an explicit close code (1013, try again later) instead of growing memory wi
 bound (bytes matter: one `response.done` can be a whole answer).
 
 Coalescing: a text delta queued right behind a delta of the same turn that the writer has
-not taken yet joins it (one frame, the texts concatenated, the later `seq`). A reader that
+not taken yet joins it (one frame, the texts concatenated, the first one's `seq`: an
+answer's first frame is always seq 0, and a skipped seq means frames were joined). A reader that
 keeps up gets every delta as it comes; one that falls behind gets fewer, bigger frames, so
 a slow reader costs one pending frame per answer instead of one per token, and only a
 reader that stops altogether reaches the bound.
@@ -56,7 +57,7 @@ class Outbox:
             self.put(encode_server(delta))
             self._tail_delta = delta
             return
-        merged = ResponseDelta(delta.turn_id, delta.seq, previous.text + delta.text)
+        merged = ResponseDelta(delta.turn_id, previous.seq, previous.text + delta.text)
         frame = encode_server(merged)
         old, tag = self._frames.pop()
         self.queued_bytes -= len(old)

@@ -36,7 +36,7 @@ import msgspec
 
 from ws_edge.messages import PROTOCOL_VERSION, AnyClientMessage, AnyServerEvent
 
-PROTOCOL_MINOR = 8  # the 1.x changelog's entries after 1.0.0 (see docs/protocol/CHANGELOG.md)
+PROTOCOL_MINOR = 9  # the 1.x changelog's entries after 1.0.0 (see docs/protocol/CHANGELOG.md)
 PROTOCOL_PATCH = 0
 SPEC_VERSION = f"{PROTOCOL_VERSION}.{PROTOCOL_MINOR}.{PROTOCOL_PATCH}"
 SPEC_PATH = Path(__file__).resolve().parents[1] / "docs" / "protocol" / "asyncapi.json"
@@ -53,7 +53,8 @@ SUMMARIES = {
     "session.ready": "The session is authenticated; `protocol` is the protocol's major version.",
     "turn.accepted": "The turn is durably accepted (Kafka acked it); its answer will come.",
     "response.started": "Generation of the answer started on `model`.",
-    "response.delta": "The next piece of the answer's text (`seq` from 0, in order).",
+    "response.delta": "The next piece of the answer's text (`seq` from 0, increasing; a "
+    "skipped seq means the edge joined frames for a slow reader: the text is whole).",
     "response.done": "The answer ended (exactly one per accepted turn), with its whole text.",
     "feedback.recorded": "The feedback was recorded.",
     "error": "A request failed: a stable `code`, a message for humans, retry advice.",

@@ -25,7 +25,9 @@ async def test_answer_streams_as_deltas_then_done_with_usage_and_timings(fake_pi
     deltas = [e for e in events if isinstance(e, ResponseDelta)]
     done = events[-1]
     assert isinstance(done, ResponseDone)
-    assert len(deltas) > 3 and [d.seq for d in deltas] == list(range(len(deltas)))
+    # seq starts at 0 and increases; a skipped number means the edge joined frames (slow reader)
+    seqs = [d.seq for d in deltas]
+    assert len(deltas) > 1 and seqs[0] == 0 and seqs == sorted(set(seqs))
     assert "".join(d.text for d in deltas) == done.text == "You said: what is streaming (turn 1)"
     assert done.finish_reason == FinishReason.STOP
     assert done.usage.completion_tokens == len(deltas) and done.usage.prompt_tokens > 0

@@ -41,7 +41,7 @@ async def test_deltas_of_a_turn_coalesce_while_the_writer_is_behind():
     box.put_delta(ResponseDelta("t1", 3, "!"))  # not merged across t2's frame: order holds
     frames = [server_decoder.decode(f) for f in await box.take_all()]
     assert frames == [
-        ResponseDelta("t1", 2, "Hello there"),
+        ResponseDelta("t1", 0, "Hello there"),
         ResponseDelta("t2", 0, "Other"),
         ResponseDelta("t1", 3, "!"),
     ]
