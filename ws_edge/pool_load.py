@@ -38,6 +38,10 @@ class PoolLoad:
         self.max_age_ms = max_age_ms
         self._cached: tuple[float, dict[str, LoadSignal]] | None = None
 
+    def forget(self) -> None:
+        """Drop the cached board: the next read goes to Redis (after a known change)."""
+        self._cached = None
+
     async def signals(self) -> dict[str, LoadSignal]:
         now = self.clock_ms()
         if self._cached is not None and now - self._cached[0] < self.max_age_ms:

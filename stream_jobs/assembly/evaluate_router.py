@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.stats import percentile
+from schemas.stats import latency_line
 from stream_jobs.assembly.semantic_router import (
     RouteDecision,
     RouterConfig,
@@ -152,18 +152,18 @@ def print_report(name: str, outcomes: Sequence[Outcome], classifier: bool) -> No
     for split in SPLITS:
         print_confusion(split, [o for o in outcomes if o.example.split == split])
     print("\nlatency per decision")
-    print(latency_line("all", [o.latency_ms for o in outcomes]))
+    print(latency_line("all", [o.latency_ms for o in outcomes], name_width=11, width=8))
     for stage, _ in stages.most_common():
-        print(latency_line(stage, [o.latency_ms for o in outcomes if o.stage == stage]))
+        print(
+            latency_line(
+                stage,
+                [o.latency_ms for o in outcomes if o.stage == stage],
+                name_width=11,
+                width=8,
+            )
+        )
     for split in SPLITS:
         print_misrouted(split, [o for o in outcomes if o.example.split == split])
-
-
-def latency_line(name: str, values: Sequence[float]) -> str:
-    return (
-        f"  {name:<11} p50 {percentile(values, 50):8.3f} ms   p99 {percentile(values, 99):8.3f} ms"
-        f"   max {max(values, default=0.0):8.3f} ms   (n={len(values)})"
-    )
 
 
 def print_confusion(split: str, outcomes: Sequence[Outcome]) -> None:

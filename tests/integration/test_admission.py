@@ -121,7 +121,7 @@ async def test_overload_degrades_free_then_refuses_it_while_enterprise_is_served
         assert (admitted.tier, admitted.degraded, admitted.pool) == ("free", True, "chat")
         assert admitted.decoding.max_tokens == 256  # free's degraded cap
 
-        server.admission.load._cached = None  # read the board again now
+        server.admission.load.forget()  # read the board again now
         await write_load(settings, in_flight=7)  # 0.88: past free's reject_at 0.8
         async with EdgeClient.connect(url(server), free) as client:
             with pytest.raises(TurnRejected) as refused:

@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
+from schemas.stats import percentile as nearest_rank
+
 
 class DropPolicy(StrEnum):
     DROP_OLDEST = "drop_oldest"
@@ -47,12 +49,9 @@ class QueueStats:
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), -(-len(ordered) * q // 100)))
-    return ordered[int(rank) - 1]
+    """The shared nearest-rank percentile (`schemas.stats`), None for no values (a queue
+    that audited nothing yet has no lag, not a lag of 0)."""
+    return nearest_rank(values, q) if values else None
 
 
 class AuditQueue:

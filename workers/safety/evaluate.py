@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from schemas.stats import percentile
+from schemas.stats import latency_line
 from workers.safety.blacklist import MemoryBlacklist
 from workers.safety.errors import RedTeamDataError
 from workers.safety.profanity import load
@@ -157,13 +157,6 @@ def wrong(title: str, outcomes: list[Outcome]) -> None:
 
 def rate(outcomes: list[Outcome]) -> float:
     return sum(o.stopped for o in outcomes) / len(outcomes) if outcomes else 0.0
-
-
-def latency_line(name: str, values: list[float]) -> str:
-    return (
-        f"  {name:<28} p50 {percentile(values, 50):7.3f} ms   p99 {percentile(values, 99):7.3f} ms"
-        f"   max {max(values, default=0.0):7.3f} ms   (n={len(values)})"
-    )
 
 
 def benchmark(screen: InputScreen, texts: Sequence[str], repeats: int) -> list[float]:
