@@ -7,10 +7,10 @@ bound (bytes matter: one `response.done` can be a whole answer).
 
 Coalescing: a text delta queued right behind a delta of the same turn that the writer has
 not taken yet joins it (one frame, the texts concatenated, the first one's `seq`: an
-answer's first frame is always seq 0, and a skipped seq means frames were joined). A reader that
-keeps up gets every delta as it comes; one that falls behind gets fewer, bigger frames, so
-a slow reader costs one pending frame per answer instead of one per token, and only a
-reader that stops altogether reaches the bound.
+answer's first frame is always seq 0, and a skipped seq means frames were joined). Deltas
+that reach the edge in one relay batch (a fast engine) are joined as well; a reader that
+falls behind gets fewer, bigger frames, so a slow reader costs one pending frame per answer
+instead of one per token, and only a reader that stops altogether reaches the bound.
 """
 
 from __future__ import annotations

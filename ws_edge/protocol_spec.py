@@ -54,7 +54,8 @@ SUMMARIES = {
     "turn.accepted": "The turn is durably accepted (Kafka acked it); its answer will come.",
     "response.started": "Generation of the answer started on `model`.",
     "response.delta": "The next piece of the answer's text (`seq` from 0, increasing; a "
-    "skipped seq means the edge joined frames for a slow reader: the text is whole).",
+    "skipped seq means the edge joined frames that came together or queued behind a slow "
+    "reader: the text is whole).",
     "response.done": "The answer ended (exactly one per accepted turn), with its whole text.",
     "feedback.recorded": "The feedback was recorded.",
     "error": "A request failed: a stable `code`, a message for humans, retry advice.",

@@ -25,14 +25,16 @@ async def test_answer_streams_as_deltas_then_done_with_usage_and_timings(fake_pi
     deltas = [e for e in events if isinstance(e, ResponseDelta)]
     done = events[-1]
     assert isinstance(done, ResponseDone)
-    # seq starts at 0 and increases; a skipped number means the edge joined frames (slow reader)
+    # seq starts at 0 and increases; a skipped number means the edge joined frames
     seqs = [d.seq for d in deltas]
     assert len(deltas) > 1 and seqs[0] == 0 and seqs == sorted(set(seqs))
     assert "".join(d.text for d in deltas) == done.text == "You said: what is streaming (turn 1)"
     assert done.finish_reason == FinishReason.STOP
-    assert done.usage.completion_tokens == len(deltas) and done.usage.prompt_tokens > 0
+    # one engine delta per token here; the edge may join some into one frame
+    tokens = done.usage.completion_tokens
+    assert tokens >= len(deltas) and tokens == 7 and done.usage.prompt_tokens > 0
     assert done.timings.ttft_ms is not None and done.timings.ttft_ms > 0
-    assert len(done.timings.itl_ms) == len(deltas) - 1
+    assert len(done.timings.itl_ms) == tokens - 1
 
 
 async def test_second_turn_sees_the_first(fake_pipeline):
