@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from schemas.settings import Settings
+from schemas.topics import POOL_PARTITIONS
 from schemas.worker_state import read_states
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt
@@ -34,9 +35,13 @@ async def boards_show(running, pool: str, workers: int) -> None:
     names = running.worker.service.names
     redis = running.worker.service.redis
 
-    async def enough() -> bool:  # on the board and owning partitions (the group settled)
-        states = await read_states(redis, names.worker_states_key(pool))
-        return sum(1 for s in states if s.partitions) >= workers
+    async def enough() -> bool:  # on the board, and the group settled: every partition
+        # owned by exactly one worker (a board written before the rebalance still lists the
+        # partitions it gave away; routing to those sends a turn to the other worker)
+        board = await read_states(redis, names.worker_states_key(pool))
+        states = [s for s in board if s.partitions]
+        owned = [p for s in states for p in s.partitions]
+        return len(states) >= workers and len(owned) == len(set(owned)) == POOL_PARTITIONS
 
     await eventually(enough, timeout_s=30)
 
