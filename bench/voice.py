@@ -40,10 +40,9 @@ import uvloop
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from schemas.settings import Settings
-from tests.support.media import espeak_wav, pcm16, quiet_room
+from tests.support.media import pcm16, quiet_room, spoken
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
-from workers.preprocess.audio_decode import decode_audio
 from ws_edge.client import EdgeClient
 from ws_edge.messages import (
     InputSpeechStopped,
@@ -255,7 +254,7 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    speech = decode_audio(espeak_wav(QUESTION), max_seconds=30, max_bytes=10_000_000)
+    speech = spoken(QUESTION)
     results = {voice: await run_voice(voice, args, speech) for voice in args.voices}
     rows = summary(results)
     print_table(rows)

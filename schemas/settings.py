@@ -469,6 +469,11 @@ class Settings:
         return Path(self.state_dir)
 
     @property
+    def voice_names(self) -> tuple[str, ...]:
+        """TURNSTREAM_TTS_VOICES as names: the edge offers them, the TTS worker loads them."""
+        return tuple(v.strip() for v in self.tts_voices.split(",") if v.strip())
+
+    @property
     def pool_names(self) -> tuple[str, ...]:
         names = tuple(p.strip() for p in self.pools.split(",") if p.strip())
         if not names:

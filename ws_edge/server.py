@@ -92,7 +92,7 @@ class EdgeServer:
                 max_text_chars=settings.max_turn_chars,
             ),
             max_media_message_bytes=settings.max_frame_bytes,
-            voices=tuple(v.strip() for v in settings.tts_voices.split(",") if v.strip()),
+            voices=settings.voice_names,
             vad=VadRules(
                 threshold=settings.vad_threshold,
                 silence_ms=settings.vad_silence_ms,

@@ -552,7 +552,7 @@ class Session:
         if isinstance(message, SessionUpdate):
             return self._update(message)
         if isinstance(message, InterruptTurn):
-            self._speaking()  # forgets answers that finished playing: nothing left to cut
+            self._forget_played()
             route = self._routes.get(message.turn_id) or self._played.get(message.turn_id)
             if route is None:
                 raise UnknownTurn(f"no open turn {message.turn_id!r} in this session")
@@ -666,12 +666,15 @@ class Session:
             for turn_id, r in self._routes.items()
             if r.speech and not (r.interrupted or r.audio_done or r.speculative or r.withdrawn)
         ]
+        self._forget_played()
+        return speaking + list(self._played.items())
+
+    def _forget_played(self) -> None:
+        """Drop the answers that (by the real-time estimate) finished playing: nothing is
+        left of them to cut."""
         for turn_id, r in list(self._played.items()):
-            if r.first_audio_ms is not None and self._played_ms(r) < r.timeline.total_ms:
-                speaking.append((turn_id, r))
-            else:
-                del self._played[turn_id]  # finished playing: nothing left to cut
-        return speaking
+            if r.first_audio_ms is None or self._played_ms(r) >= r.timeline.total_ms:
+                del self._played[turn_id]
 
     def _listen(self, msg: AppendAudio) -> list[Action]:
         assert self._voice_loop is not None

@@ -21,7 +21,7 @@ from tests.support.media import espeak_wav, pcm16, quiet_room, spoken, words
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from workers.preprocess.asr import WhisperTranscriber
-from workers.preprocess.audio_decode import decode_audio, decode_pcm16
+from workers.preprocess.audio_decode import decode_pcm16
 from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment
 from ws_edge.client import EdgeClient, audio_part
 from ws_edge.messages import (
@@ -61,10 +61,6 @@ async def stack(
         EdgeClient.connect(running.url, running.token()) as client,
     ):
         yield running, engine, client
-
-
-def speech_16k(text: str) -> np.ndarray:
-    return decode_audio(espeak_wav(text), max_seconds=30, max_bytes=10_000_000)
 
 
 def transcribe(pcm: bytes, sample_rate: int) -> str:
@@ -144,7 +140,7 @@ async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talke
             turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
         )
         assert updated.speech == SpeechOptions("espeak") and "joe" in updated.voices
-        utterance = np.concatenate([quiet_room(0.5), speech_16k(LONG_QUESTION), quiet_room(1.0)])
+        utterance = np.concatenate([quiet_room(0.5), spoken(LONG_QUESTION), quiet_room(1.0)])
         await client.append_audio("mic", pcm16(utterance))
         started = await client.next_event()
         assert isinstance(started, InputSpeechStarted) and started.stream_id == "mic"
@@ -160,7 +156,7 @@ async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talke
         assert isinstance(stopped, InputSpeechStopped) and stopped.turn_id == turn_id
 
         # "uh-huh" over the assistant's voice: a backchannel, the answer goes on
-        backchannel = np.concatenate([speech_16k("uh-huh"), quiet_room(0.8)])
+        backchannel = np.concatenate([spoken("uh-huh"), quiet_room(0.8)])
         await client.append_audio("mic", pcm16(backchannel))
         assert isinstance(await client.next_event(), InputSpeechStarted)
         ignored = await client.next_event()
@@ -168,7 +164,7 @@ async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talke
         assert turn_id not in engine.aborted
 
         # a real sentence over it: barge-in, the answer stops and the sentence is the next turn
-        sentence = speech_16k("Wait, stop. What is the capital of Spain?")
+        sentence = spoken("Wait, stop. What is the capital of Spain?")
         barge = np.concatenate([sentence, quiet_room(1.0)])
         await client.append_audio("mic", pcm16(barge))
         assert isinstance(await client.next_event(), InputSpeechStarted)

@@ -95,13 +95,11 @@ class ProfanityModel:
             index = self._vocabulary.get(token)
             if index is not None:
                 counts[index] = counts.get(index, 0) + 1
-        row = _SparseRow(np.fromiter(counts, dtype=np.int64, count=len(counts)))
-        if counts:
-            values = np.fromiter(counts.values(), dtype=float, count=len(counts))
-            values *= self._idf[row.indices]
-            norm = float(np.sqrt(values @ values))
-            row.values = values / norm if norm > 0 else values
-        return row
+        indices = np.fromiter(counts, dtype=np.int64, count=len(counts))
+        values = np.fromiter(counts.values(), dtype=float, count=len(counts))
+        values *= self._idf[indices]
+        norm = float(np.sqrt(values @ values))
+        return _SparseRow(indices, values / norm if norm > 0 else values)
 
     def score(self, texts: Sequence[str]) -> list[float]:
         """One probability per text, computed in one call; raises ClassifierError only."""
@@ -128,9 +126,9 @@ class _SparseRow:
 
     __slots__ = ("indices", "values")
 
-    def __init__(self, indices: Any) -> None:
+    def __init__(self, indices: Any, values: Any) -> None:
         self.indices = indices
-        self.values = np.zeros(len(indices))
+        self.values = values
 
     def __matmul__(self, matrix: Any) -> Any:
         return self.values @ matrix[self.indices]

@@ -16,10 +16,6 @@ from workers.tts.voices import VoiceBook
 CONSUMER_GROUP = "tts"
 
 
-def voice_names(settings: Settings) -> list[str]:
-    return [v.strip() for v in settings.tts_voices.split(",") if v.strip()]
-
-
 @contextlib.asynccontextmanager
 async def run_tts_worker(
     settings: Settings, voices: VoiceBook | None = None
