@@ -1,12 +1,19 @@
 """The client protocol's messages (WebSocket JSON text frames), both directions.
 
 Client → edge: `session.authenticate`, `session.update`, `turn.create`, `turn.cancel`,
-`turn.interrupt`, `audio.append`, `audio.clear`, `feedback`, `ping`.
+`turn.interrupt`, `audio.append`, `audio.clear`, `feedback`, `response.resume`, `ping`.
 Edge → client: `session.ready`, `session.updated`, `turn.accepted`, `input.speech_started`,
 `input.speech_stopped`, `input.transcript`, `response.started`, `response.delta`,
 `response.restarted`, `response.retracted`, `response.audio`, `response.audio.done`,
-`response.truncated`, `response.done`, `feedback.recorded`, `error`, `pong`. Unknown fields
-are rejected so typos surface at once.
+`response.truncated`, `response.done`, `response.resumed`, `feedback.recorded`, `error`,
+`pong`. Unknown fields are rejected so typos surface at once.
+
+Resume: `response.started`, `response.delta`, `response.done` and `input.transcript` carry
+their position in the turn's log, (`epoch`, `offset`): `epoch` counts the answer's attempts
+(a worker failover starts a new one), `offset` increases within it. A client that lost its
+connection reconnects (to any edge node) and sends `response.resume` with the last position
+it has; the edge replays what came after from a short history in Redis, without gap or
+duplicate, then streams live. Disconnecting never stops an answer; `turn.cancel` does.
 
 Speech: with `speech` on (session or turn), the answer is also spoken: `response.audio`
 frames (PCM s16 LE mono, base64, in order, each tagged with the text it speaks) end with
@@ -152,6 +159,19 @@ class Feedback(ClientMessage, tag="feedback"):
     comment: Annotated[str, msgspec.Meta(max_length=2000)] = ""
 
 
+class ResumeResponse(ClientMessage, tag="response.resume"):
+    """Pick up an answer's stream after a reconnect (to any edge node), or join it from
+    another device of the same user: the frames after (`epoch`, `offset`), the position of
+    the last `response.*` frame the client has (both left out: from the start). Name the
+    turn, or the conversation (its latest turn). `response.resumed` answers, then the
+    frames follow with no gap and no duplicate, then the live stream."""
+
+    turn_id: Id | None = None
+    conversation_id: Id | None = None
+    epoch: Annotated[int, msgspec.Meta(ge=0)] = 0
+    offset: Annotated[int, msgspec.Meta(ge=-1)] = -1
+
+
 class Ping(ClientMessage, tag="ping"):
     id: Id | None = None
 
@@ -165,6 +185,7 @@ AnyClientMessage = (
     | AppendAudio
     | ClearAudio
     | Feedback
+    | ResumeResponse
     | Ping
 )
 MEDIA_TYPES = frozenset({"turn.create", "audio.append"})  # may exceed the small-message limit
@@ -204,11 +225,15 @@ class InputTranscript(ServerEvent, tag="input.transcript"):
     text: str
     segments: list[TranscriptSegment]
     audio_s: float
+    epoch: int | None = None
+    offset: int | None = None
 
 
 class ResponseStarted(ServerEvent, tag="response.started"):
     turn_id: str
     model: str
+    epoch: int | None = None  # the answer's position in its turn's log (`response.resume`)
+    offset: int | None = None
 
 
 class ResponseRestarted(ServerEvent, tag="response.restarted"):
@@ -281,6 +306,8 @@ class ResponseDelta(ServerEvent, tag="response.delta"):
     turn_id: str
     seq: int
     text: str
+    epoch: int | None = None  # joined deltas: the position of the last one joined
+    offset: int | None = None
 
 
 class ResponseDone(ServerEvent, tag="response.done"):
@@ -291,6 +318,23 @@ class ResponseDone(ServerEvent, tag="response.done"):
     timings: Timings
     model: str
     error: ErrorInfo | None = None
+    epoch: int | None = None
+    offset: int | None = None
+
+
+class ResponseResumed(ServerEvent, tag="response.resumed"):
+    """The answer to `response.resume`. `status`: `resumed` (the frames after the client's
+    position follow, then the live stream), `restarted` (the answer started over since that
+    position, on another worker: discard its text; the new attempt follows from its start),
+    `expired` (the history no longer reaches back to that position: text is missing, and
+    `response.done` carries the whole answer). `epoch`/`offset`: where the frames resume."""
+
+    turn_id: str
+    conversation_id: str
+    status: Literal["resumed", "restarted", "expired"]
+    epoch: int
+    offset: int
+    finished: bool = False  # the answer had ended: the frames up to `response.done` follow
 
 
 class FeedbackRecorded(ServerEvent, tag="feedback.recorded"):
@@ -326,6 +370,7 @@ AnyServerEvent = (
     | ResponseDelta
     | ResponseRetracted
     | ResponseDone
+    | ResponseResumed
     | FeedbackRecorded
     | ErrorEvent
     | Pong
