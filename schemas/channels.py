@@ -40,6 +40,29 @@ class RedisNames:
         """Set when a turn reached its terminal state: a redelivery is not answered twice."""
         return f"{self.prefix}:turn:{turn_id}:done"
 
+    def turn_log_key(self, turn_id: str) -> str:
+        """A turn's resumable history: a capped Redis stream of its response frames, whose
+        entry ids are `<epoch>-<offset>` (the positions clients resume from)."""
+        # {turn_id}: a Redis Cluster hash tag, so the relay script's keys share a slot
+        return f"{self.prefix}:turn:{{{turn_id}}}:log"
+
+    def turn_epochs_key(self, turn_id: str) -> str:
+        """Hash: each attempt's epoch in the turn's log, the current one, the count."""
+        return f"{self.prefix}:turn:{{{turn_id}}}:epochs"
+
+    def turn_watchers_key(self, turn_id: str) -> str:
+        """Set of edge channels that also want the turn's frames (resumed or joined
+        elsewhere than the edge that accepted it)."""
+        return f"{self.prefix}:turn:{{{turn_id}}}:watchers"
+
+    def turn_owner_key(self, turn_id: str) -> str:
+        """Who may resume the turn: its owner and conversation (set by the accepting edge)."""
+        return f"{self.prefix}:turn:{{{turn_id}}}:owner"
+
+    def latest_turn_key(self, tenant_id: str, conversation_id: str) -> str:
+        """A conversation's latest turn: what a second device joins."""
+        return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:latest"
+
     def blob_key(self, key: str) -> str:
         """A media blob (upload or pixel tensor), content-addressed, with a TTL."""
         return f"{self.prefix}:blob:{key}"

@@ -377,6 +377,24 @@ class Settings:
         "punctuation came yet: the first audio comes sooner (later pieces wait for "
         "punctuation up to 120 characters).",
     )
+    resume_max_entries: int = _var(
+        "TURNSTREAM_RESUME_MAX_ENTRIES",
+        20_000,
+        "Workers: most frames kept in a turn's resumable log (a cap far above an answer's "
+        "token frames; past it the oldest go and a resume from before them is 'expired').",
+    )
+    resume_history_s: int = _var(
+        "TURNSTREAM_RESUME_HISTORY_S",
+        600,
+        "Workers: how long a turn's resumable log lives after its latest frame while the "
+        "answer runs (a client away longer gets the final text instead of the frames).",
+    )
+    resume_after_done_s: int = _var(
+        "TURNSTREAM_RESUME_AFTER_DONE_S",
+        60,
+        "Workers: how long a finished answer's log is kept; later resumes get its recorded "
+        "outcome (response.done with the whole text), which lives far longer.",
+    )
     speech_deadline_s: float = _var(
         "TURNSTREAM_SPEECH_DEADLINE_S",
         30.0,

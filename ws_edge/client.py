@@ -1,6 +1,8 @@
 """A small client of the edge protocol (used by the terminal chat, the tests, the benchmark).
 
-Events are demultiplexed by turn id, so one connection can run several turns at once.
+Events are demultiplexed by turn id, so one connection can run several turns at once. The
+client remembers each turn's last log position (`positions`), so after a lost connection a
+new client (to any edge) picks the answers up where they were with `resume`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import AsyncIterator
 from websockets.asyncio.client import ClientConnection, connect
 
 from schemas.events import FeedbackKind
+from schemas.turn_log import START, LogPosition
 from ws_edge.messages import (
     AnyServerEvent,
     AppendAudio,
@@ -30,6 +33,8 @@ from ws_edge.messages import (
     InterruptTurn,
     ResponseAudioDone,
     ResponseDone,
+    ResponseResumed,
+    ResumeResponse,
     SessionReady,
     SessionUpdate,
     SessionUpdated,
@@ -77,6 +82,8 @@ class EdgeClient:
         # answers to turn.create, matched by client_turn_id (safe with concurrent turns)
         self._acceptances: dict[str, asyncio.Future[TurnAccepted | ErrorEvent]] = {}
         self._loose_errors: asyncio.Queue[ErrorEvent] = asyncio.Queue()  # errors with no ids
+        # each turn's position in its log: the last logged frame received (for `resume`)
+        self.positions: dict[str, LogPosition] = {}
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
@@ -206,12 +213,48 @@ class EdgeClient:
         assert isinstance(event, FeedbackRecorded), event
         return event
 
+    async def resume(
+        self,
+        turn_id: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        after: LogPosition | None = None,
+    ) -> ResponseResumed:
+        """Follow a turn again (after a reconnect, or from another device): its frames after
+        `after` (default: from the start) then arrive through `events(turn_id)`. Name the
+        turn, or the conversation to join its latest turn. Raises `TurnRejected` when the
+        edge refuses (not the user's turn, unknown, too many open)."""
+        position = after or START
+        await self.send(
+            ResumeResponse(
+                turn_id=turn_id,
+                conversation_id=conversation_id,
+                epoch=position.epoch,
+                offset=position.offset,
+            )
+        )
+        while True:
+            event = await self.next_event()
+            if isinstance(event, ResponseResumed) and (
+                event.turn_id == turn_id
+                or (turn_id is None and event.conversation_id == conversation_id)
+            ):
+                return event
+            if isinstance(event, ErrorEvent) and event.turn_id in (turn_id, None):
+                raise TurnRejected(event)
+
     async def cancel(self, turn_id: str) -> None:
         await self.send(CancelTurn(turn_id=turn_id))
 
     async def _read(self) -> None:
         async for frame in self.websocket:
             event = server_decoder.decode(frame)
+            epoch, offset = getattr(event, "epoch", None), getattr(event, "offset", None)
+            if epoch is not None and offset is not None:
+                self.positions[event.turn_id] = LogPosition(epoch, offset)  # type: ignore[union-attr]
+            if isinstance(event, ResponseResumed):
+                self._pending.put_nowait(event)  # `resume` waits for it; frames follow
+                continue
             client_turn_id = getattr(event, "client_turn_id", None)
             if isinstance(event, (TurnAccepted, ErrorEvent)) and client_turn_id:
                 waiting = self._acceptances.get(client_turn_id)

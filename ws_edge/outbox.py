@@ -7,7 +7,8 @@ bound (bytes matter: one `response.done` can be a whole answer).
 
 Coalescing: a text delta queued right behind a delta of the same turn that the writer has
 not taken yet joins it (one frame, the texts concatenated, the first one's `seq`: an
-answer's first frame is always seq 0, and a skipped seq means frames were joined). Deltas
+answer's first frame is always seq 0, and a skipped seq means frames were joined; the
+position is the last one's, where a resume continues). Deltas
 that reach the edge in one relay batch (a fast engine) are joined as well; a reader that
 falls behind gets fewer, bigger frames, so a slow reader costs one pending frame per answer
 instead of one per token, and only a reader that stops altogether reaches the bound.
@@ -53,11 +54,18 @@ class Outbox:
         """Queue a text delta, merged into the queued one before it when that is the same
         turn's (the writer is behind)."""
         previous = self._tail_delta
-        if self.closed or previous is None or previous.turn_id != delta.turn_id:
+        if (
+            self.closed
+            or previous is None
+            or previous.turn_id != delta.turn_id
+            or previous.epoch != delta.epoch
+        ):
             self.put(encode_server(delta))
             self._tail_delta = delta
             return
-        merged = ResponseDelta(delta.turn_id, previous.seq, previous.text + delta.text)
+        merged = ResponseDelta(
+            delta.turn_id, previous.seq, previous.text + delta.text, delta.epoch, delta.offset
+        )
         frame = encode_server(merged)
         old, tag = self._frames.pop()
         self.queued_bytes -= len(old)

@@ -4,7 +4,8 @@ Each connection gets a `Session` (pure protocol), an `Outbox` and a writer task.
 never waits on Kafka: a turn's claim-and-publish runs in its own task, so a slow broker
 delays only that turn's `turn.accepted`, never the connection or other users.
 Disconnecting does not cancel a turn: generation finishes and is recorded; `turn.cancel`
-stops it.
+stops it. A client that comes back (here or on another edge) resumes it: `_resume` checks the
+turn is the user's, joins its watchers, and reads its log (`schemas.turn_log`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import uuid
 from urllib.parse import parse_qs, urlsplit
 
+import msgspec
 from redis.exceptions import RedisError
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -23,10 +25,12 @@ from producers.turn_publisher import PublishFailed, TurnPublisher
 from schemas.blobs import blob_store
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import decode, encode
-from schemas.events import AnyEvent, FeedbackGiven, TurnCancelled, TurnCompleted
+from schemas.errors import DecodeError
+from schemas.events import AnyEvent, FeedbackGiven, TurnCancelled, TurnCompleted, TurnSubmitted
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
+from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
 from ws_edge.admission import AdmissionControl
 from ws_edge.conversations import ConversationClaims
 from ws_edge.errors import (
@@ -50,6 +54,7 @@ from ws_edge.session import (
     GiveFeedback,
     PublishTruncation,
     RequestCancel,
+    ResumeTurn,
     Send,
     Session,
     SessionLimits,
@@ -64,6 +69,7 @@ log = logging.getLogger("turnstream.edge")
 
 CANCEL_MARKER_TTL_S = 3600
 CLOSE_TRY_AGAIN_LATER = 1013
+_owner_record = msgspec.json.Decoder(tuple[str, str])  # (owner, conversation_id)
 
 
 class EdgeServer:
@@ -201,6 +207,7 @@ class _Connection:
         self._tasks: set[asyncio.Task[None]] = set()
         self._detector: SpeechDetector | None = None  # the voice loop's VAD, made on first use
         self._speech_deadlines: dict[str, asyncio.TimerHandle] = {}
+        self._submitted: set[str] = set()  # turns this connection created (it pays for them)
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -239,7 +246,10 @@ class _Connection:
                         self._spawn(self.websocket.close(CLOSE_TRY_AGAIN_LATER, "slow consumer"))
                 case SubmitTurn():
                     self.edge.relay.route(action.turn.turn_id, self._on_relay)
+                    self._submitted.add(action.turn.turn_id)
                     self._spawn(self._submit(action))
+                case ResumeTurn():
+                    self._spawn(self._resume(action))
                 case RequestCancel():
                     self._spawn(self._cancel(action))
                 case GiveFeedback():
@@ -253,14 +263,18 @@ class _Connection:
                 case DetectSpeech(stream_id, frames):
                     self._detect(stream_id, frames)
 
-    def _on_relay(self, event: AnyEvent) -> None:
-        if isinstance(event, TurnCompleted):
-            self._spawn(self.edge.admission.charge(event))
-        self._apply(self.session.relay(event))
+    def _on_relay(self, event: AnyEvent, position: LogPosition | None = None) -> None:
         turn_id = event.turn_id
+        if isinstance(event, TurnCompleted) and turn_id in self._submitted:
+            self._submitted.discard(turn_id)  # charged once, by the connection that asked
+            self._spawn(self.edge.admission.charge(event))
+        self._apply(self.session.relay(event, position))
+        self._release(turn_id)
+        self._watch_speech(turn_id)
+
+    def _release(self, turn_id: str) -> None:
         if turn_id not in self.session.open_turns:  # its last frame (text and speech) went
             self.edge.relay.unroute(turn_id, self._on_relay)
-        self._watch_speech(turn_id)
 
     def _watch_speech(self, turn_id: str) -> None:
         """Once an answer's text is done, its speech must keep coming: each frame re-arms a
@@ -311,12 +325,79 @@ class _Connection:
             ttl_s = self.edge.settings.media_ttl_s
             for upload in action.uploads:  # stored before the turn exists for any worker
                 await self.edge.blobs.put(upload.key, upload.data, ttl_s=ttl_s)
+            await self._remember_owner(turn, action.owner)
             await self.edge.publisher.publish(turn)
         except Exception as exc:
             self.edge.relay.unroute(turn.turn_id, self._on_relay)
             self._apply(self.session.submit_failed(turn.turn_id, _submit_error(exc)))
             return
         self._apply(self.session.submit_succeeded(turn.turn_id))
+
+    async def _remember_owner(self, turn: TurnSubmitted, owner: str) -> None:
+        """Who may resume the turn, and which turn a second device joins."""
+        names, ttl_s = self.edge.names, self.edge.settings.history_ttl_s
+        record = msgspec.json.encode((owner, turn.conversation_id))
+        async with self.edge.redis.pipeline(transaction=False) as pipe:
+            pipe.set(names.turn_owner_key(turn.turn_id), record, ex=ttl_s)
+            latest = names.latest_turn_key(turn.tenant_id, turn.conversation_id)
+            pipe.set(latest, turn.turn_id, ex=ttl_s)
+            await pipe.execute()
+
+    async def _resume(self, action: ResumeTurn) -> None:
+        """Follow a turn again after a reconnect (or from another device): check it is the
+        user's, route its frames here, join its watchers, then read its log. Routing and
+        joining come before the read, so every frame is in the log read or arrives live."""
+        edge, names = self.edge, self.edge.names
+        turn_id = action.turn_id
+        try:
+            if turn_id is None:
+                assert action.conversation_id is not None
+                latest = await edge.redis.get(
+                    names.latest_turn_key(action.tenant_id, action.conversation_id)
+                )
+                if latest is None:
+                    raise UnknownTurn(
+                        f"no turn of conversation {action.conversation_id!r} of yours to join"
+                    )
+                turn_id = latest.decode()
+            record = await edge.redis.get(names.turn_owner_key(turn_id))
+            try:
+                owner, conversation_id = _owner_record.decode(record or b"")
+            except msgspec.DecodeError:
+                owner, conversation_id = "", ""
+            if owner != action.owner:  # the same answer whether it exists or not
+                raise UnknownTurn(f"no turn {turn_id!r} of yours to resume")
+        except (EdgeError, RedisError) as exc:
+            self._apply(self.session.resume_failed(action.turn_id, _submit_error(exc)))
+            return
+        self._apply(self.session.resume_found(turn_id, conversation_id, action.after))
+        if turn_id not in self.session.open_turns:
+            return  # refused (already streaming here, too many turns): the error went out
+        edge.relay.route(turn_id, self._on_relay)
+        try:
+            async with edge.redis.pipeline(transaction=False) as pipe:
+                pipe.sadd(names.turn_watchers_key(turn_id), edge.relay.channel)
+                pipe.expire(names.turn_watchers_key(turn_id), edge.settings.resume_history_s)
+                pipe.xrange(names.turn_log_key(turn_id), range_start(action.after), "+")
+                pipe.exists(names.turn_log_key(turn_id))
+                pipe.get(names.done_key(turn_id))
+                _, _, raw_entries, log_exists, done = await pipe.execute()
+        except RedisError as exc:
+            edge.relay.unroute(turn_id, self._on_relay)
+            err = StoreUnavailable(f"resume failed, retry: {exc}")
+            self._apply(self.session.resume_failed(turn_id, err))
+            return
+        entries = decode_entries(raw_entries)
+        first = entries[0][1] if entries else None
+        plan = plan_resume(action.after, first, log_exists=bool(log_exists))
+        outcome = None
+        if not log_exists and done is not None:  # the answer ended and its log is gone
+            with contextlib.suppress(DecodeError):
+                recorded = decode(done)
+                if isinstance(recorded, TurnCompleted):
+                    outcome = recorded
+        self._apply(self.session.resume_loaded(turn_id, plan, entries, outcome))
+        self._release(turn_id)
 
     async def _feedback(self, action: GiveFeedback) -> None:
         """Only the user who asked may rate a turn: its recorded outcome names them."""

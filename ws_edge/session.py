@@ -8,6 +8,12 @@ Turn lifecycle at the edge: `turn.create` → SubmitTurn (the shell claims the c
 publishes to Kafka) → `submit_succeeded` sends `turn.accepted` → relayed frames stream as
 `response.*` → `response.done` closes the route. Frames that race ahead of the Kafka ack are
 held until `turn.accepted` is sent, so the client always sees them in order.
+
+Resume: `response.resume` → ResumeTurn (the shell checks the turn is the user's) →
+`resume_found` opens a route that holds live frames → the shell reads the turn's log →
+`resume_loaded` sends `response.resumed`, the logged frames after the client's position,
+then the held ones. Every logged frame has a position; a route drops any at or before the
+last one it sent, so the log and the live stream overlap without duplicates.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from schemas.events import (
     TurnSubmitted,
     TurnTruncated,
 )
+from schemas.turn_log import START, LogPosition, ResumePlan
 from ws_edge.audio_timeline import AudioTimeline
 from ws_edge.auth import Principal, verify_token
 from ws_edge.errors import (
@@ -73,9 +80,11 @@ from ws_edge.messages import (
     ResponseDelta,
     ResponseDone,
     ResponseRestarted,
+    ResponseResumed,
     ResponseRetracted,
     ResponseStarted,
     ResponseTruncated,
+    ResumeResponse,
     ServerEvent,
     SessionReady,
     SessionUpdate,
@@ -163,6 +172,18 @@ class GiveFeedback:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumeTurn:
+    """Find the turn a `response.resume` names (by id, or its conversation's latest), check
+    that it is `owner`'s, then `resume_found` and read its log after `after`."""
+
+    turn_id: str | None
+    conversation_id: str | None
+    after: LogPosition
+    owner: str
+    tenant_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     code: int
     reason: str
@@ -177,6 +198,7 @@ Action = (
     | PublishTruncation
     | DropAudio
     | DetectSpeech
+    | ResumeTurn
 )
 
 
@@ -196,7 +218,9 @@ class _Route:
     conversation_id: str
     client_turn_id: str | None = None
     accepted: bool = False
-    held: list[AnyEvent] = field(default_factory=list)
+    held: list[tuple[AnyEvent, LogPosition | None]] = field(default_factory=list)
+    position: LogPosition | None = None  # of the last logged frame handled (resume, dedup)
+    resuming: LogPosition | None = None  # a resume's position, until its log is read
     attempt: str | None = None  # the answer being streamed now
     last_seq: int = -1
     shown_chars: int = 0  # characters of the current attempt's deltas sent to the client
@@ -316,8 +340,8 @@ class Session:
             Send(TurnAccepted(turn_id, route.conversation_id, route.client_turn_id))
         ]
         held, route.held = route.held, []
-        for event in held:
-            actions.extend(self.relay(event))
+        for event, position in held:
+            actions.extend(self.relay(event, position))
         return actions
 
     def submit_failed(self, turn_id: str, err: EdgeError) -> list[Action]:
@@ -351,8 +375,9 @@ class Session:
             return []
         return self._queue_submit(waiting.popleft())
 
-    def relay(self, event: AnyEvent) -> list[Action]:
-        """A frame of one of this session's turns, from the Redis relay."""
+    def relay(self, event: AnyEvent, position: LogPosition | None = None) -> list[Action]:
+        """A frame of one of this session's turns, from the Redis relay or the turn's log
+        (`position`: where it sits in the log; None for frames that are not logged)."""
         route = self._routes.get(event.turn_id)
         if route is None:
             return []
@@ -360,17 +385,23 @@ class Session:
             if isinstance(event, TurnCompleted):
                 self._routes.pop(event.turn_id, None)
             return []
-        if not route.accepted or route.speculative:
-            route.held.append(event)
+        if not route.accepted or route.speculative or route.resuming is not None:
+            route.held.append((event, position))
             return []
+        if position is not None:
+            if route.position is not None and position <= route.position:
+                return []  # sent already (a resume's log and the live stream overlap)
+            route.position = position
+        epoch, offset = position if position is not None else (None, None)
         match event:
             case InputTranscribed():
-                return [
-                    Send(InputTranscript(event.turn_id, event.text, event.segments, event.audio_s))
-                ]
+                transcript = InputTranscript(
+                    event.turn_id, event.text, event.segments, event.audio_s, epoch, offset
+                )
+                return [Send(transcript)]
             case TurnStarted():
                 actions = self._new_attempt(route, event.turn_id, event.attempt)
-                return [*actions, Send(ResponseStarted(event.turn_id, event.model))]
+                return [*actions, Send(ResponseStarted(event.turn_id, event.model, epoch, offset))]
             case TokenChunk() if route.interrupted:
                 return []  # stopped: what the engine made before the abort is not shown
             case TokenChunk():
@@ -381,7 +412,8 @@ class Session:
                     return actions  # a relay retry delivered it twice
                 route.last_seq = event.seq
                 route.shown_chars += len(event.text)
-                return [*actions, Send(ResponseDelta(event.turn_id, event.seq, event.text))]
+                delta = ResponseDelta(event.turn_id, event.seq, event.text, epoch, offset)
+                return [*actions, Send(delta)]
             case SpeechAudio():
                 return self._audio_frame(route, event)
             case TurnCompleted():
@@ -405,6 +437,8 @@ class Session:
                             timings=event.timings,
                             model=event.model,
                             error=event.error,
+                            epoch=epoch,
+                            offset=offset,
                         )
                     ),
                 ]
@@ -452,6 +486,75 @@ class Session:
             self._played[turn_id] = route
             while len(self._played) > MAX_PLAYED:
                 del self._played[next(iter(self._played))]
+
+    def resume_found(self, turn_id: str, conversation_id: str, after: LogPosition) -> list[Action]:
+        """The shell found the turn and it is the user's: open a route that holds live
+        frames until the log has been read (the shell routes the relay to it next)."""
+
+        def open_route(_: object) -> list[Action]:
+            if turn_id in self._routes:
+                raise InvalidMessage(f"turn {turn_id!r} is already streaming in this session")
+            self._check_room()
+            self._routes[turn_id] = _Route(conversation_id, accepted=True, resuming=after)
+            return []
+
+        return self._answering_errors(open_route, None)
+
+    def resume_loaded(
+        self,
+        turn_id: str,
+        plan: ResumePlan,
+        entries: list[tuple[AnyEvent, LogPosition]],
+        outcome: TurnCompleted | None = None,
+    ) -> list[Action]:
+        """The turn's log after the client's position was read: `response.resumed`, those
+        frames, then the live ones held meanwhile. `outcome` (the recorded `turn.completed`)
+        ends an answer whose log is gone."""
+        route = self._routes.get(turn_id)
+        if route is None or route.resuming is None:
+            return []
+        finished = outcome is not None or any(isinstance(e, TurnCompleted) for e, _ in entries)
+        epoch, offset = plan.position
+        actions: list[Action] = [
+            Send(
+                ResponseResumed(
+                    turn_id, route.conversation_id, plan.status, epoch, offset, finished
+                )
+            )
+        ]
+        route.resuming = None
+        route.position = plan.position if plan.position != START else None
+        held, route.held = route.held, []
+        for event, position in [*entries, *held]:
+            actions.extend(self.relay(event, position))
+        if outcome is not None:
+            actions.extend(self.relay(outcome))
+        return actions
+
+    def resume_failed(self, turn_id: str | None, err: EdgeError) -> list[Action]:
+        if turn_id is not None:
+            route = self._routes.get(turn_id)
+            if route is not None and route.resuming is not None:
+                del self._routes[turn_id]
+        return [error_event(err, turn_id)]
+
+    def _resume(self, principal: Principal, msg: ResumeResponse) -> list[Action]:
+        if (msg.turn_id is None) == (msg.conversation_id is None):
+            raise InvalidMessage("response.resume names a turn_id or a conversation_id (one)")
+        if msg.turn_id is not None and msg.turn_id in self._routes:
+            raise InvalidMessage(f"turn {msg.turn_id!r} is already streaming in this session")
+        self._check_room()
+        after = LogPosition(msg.epoch, msg.offset)
+        return [
+            ResumeTurn(
+                msg.turn_id, msg.conversation_id, after, principal.owner, principal.tenant_id
+            )
+        ]
+
+    def _check_room(self) -> None:
+        open_turns = len(self._routes) - self._withdrawn_count()
+        if open_turns >= self._limits.max_open_turns:
+            raise TooManyTurns(f"{open_turns} turns already open; wait for one to finish")
 
     def speech_timed_out(self, turn_id: str) -> list[Action]:
         """The answer's text ended and its audio stopped coming (no TTS worker, or one
@@ -565,6 +668,8 @@ class Session:
         if isinstance(message, ClearAudio):
             self._audio.clear(message.stream_id)
             return []
+        if isinstance(message, ResumeResponse):
+            return self._resume(self.principal, message)
         if isinstance(message, Feedback):
             p = self.principal
             return [
@@ -810,9 +915,7 @@ class Session:
         return self._create_turn(self.principal, msg)
 
     def _create_turn(self, principal: Principal, msg: CreateTurn) -> list[Action]:
-        open_turns = len(self._routes) - self._withdrawn_count()
-        if open_turns >= self._limits.max_open_turns:
-            raise TooManyTurns(f"{open_turns} turns already open; wait for one to finish")
+        self._check_room()
         turn_id = turn_id_for(principal, msg.conversation_id, msg.client_turn_id)
         if turn_id in self._routes:
             raise InvalidMessage(f"turn {msg.client_turn_id!r} is already in flight")

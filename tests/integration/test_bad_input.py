@@ -11,10 +11,11 @@ from aiokafka import AIOKafkaProducer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from schemas.codec import decode_batch, encode
+from schemas.codec import encode
 from schemas.events import FinishReason, TurnCompleted, TurnSubmitted
 from schemas.ids import now_ms
 from schemas.settings import Settings
+from schemas.turn_log import decode_relay_message
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import find_record
 from ws_edge.client import EdgeClient, TurnRejected
@@ -180,8 +181,8 @@ async def test_undecodable_and_duplicate_messages_on_the_topic(fake_pipeline):
             while completions < 2:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1)
                 if message:
-                    events = decode_batch(message["data"])
-                    completions += sum(isinstance(e, TurnCompleted) for e in events)
+                    frames = decode_relay_message(message["data"])
+                    completions += sum(isinstance(e, TurnCompleted) for e, _ in frames)
     finally:
         await producer.stop()
         await pubsub.aclose()

@@ -21,8 +21,12 @@ async def test_missed_outcomes_are_recovered_after_a_resubscribe(services, sessi
     relay = RelaySubscriber(redis, names.edge_channel("e1"), names.done_key)
     waiting, other = uuid.uuid4().hex, uuid.uuid4().hex
     delivered = []
-    relay.route(waiting, delivered.append)
-    relay.route(other, delivered.append)
+
+    def deliver(event, position) -> None:
+        delivered.append((event, position))
+
+    relay.route(waiting, deliver)
+    relay.route(other, deliver)
     completed = factories.completed(waiting, text="the whole answer")
     try:
         await redis.set(names.done_key(waiting), encode(completed), ex=60)
@@ -30,4 +34,4 @@ async def test_missed_outcomes_are_recovered_after_a_resubscribe(services, sessi
     finally:
         await redis.delete(names.done_key(waiting))
         await redis.aclose()
-    assert delivered == [completed]  # the other turn is still running: nothing for it
+    assert delivered == [(completed, None)]  # the other turn is still running: nothing for it

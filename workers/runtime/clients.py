@@ -22,7 +22,7 @@ from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TopicSpec
 from workers.runtime.consumer import ConsumerLoop, Handler
 from workers.runtime.kafka import make_consumer, make_producer
 from workers.runtime.outcome import OutcomeRecorder
-from workers.runtime.relay import RelayPublisher
+from workers.runtime.relay import LogLimits, RelayPublisher
 from workers.runtime.running import RunningService, run_service
 
 
@@ -49,7 +49,15 @@ class WorkerClients:
         consumer = make_consumer(
             settings.kafka_bootstrap, f"{topic}.{role}", worker_id, settings.fetch_max_wait_ms
         )
-        relay = RelayPublisher(redis)
+        relay = RelayPublisher(
+            redis,
+            names,
+            limits=LogLimits(
+                max_entries=settings.resume_max_entries,
+                live_ttl_s=settings.resume_history_s,
+                done_ttl_s=settings.resume_after_done_s,
+            ),
+        )
         outcomes = OutcomeRecorder(
             redis=redis,
             producer=producer,

@@ -1,26 +1,97 @@
-"""Publishing frames to the edges over Redis pub/sub, batched without adding latency.
+"""Publishing frames to the edges over Redis pub/sub, batched without adding latency, and
+logged for resumption in the same atomic step.
 
 One awaited PUBLISH per token caps near 7k msgs/s per connection (DESIGN.md §3). Instead,
 frames queue in memory and a single sender task ships everything queued in one pipelined
-round trip, one message per edge channel holding all of that edge's frames (a JSON array,
-`schemas.codec.encode_batch`); while a round trip is in flight the next batch builds up
-("natural batching"): no timer, so an idle system sends each frame at once and a busy one
-sends bigger batches. Order is preserved per process, so a turn's frames arrive in order.
+round trip: per turn, one call of `RELAY_SCRIPT` that appends its response frames to the
+turn's log (`schemas.turn_log`: a capped stream whose ids are the positions clients resume
+from) and publishes them, positions attached, to the edge that accepted the turn and to
+every edge watching it (a client that resumed or joined elsewhere). While a round trip is
+in flight the next batch builds up ("natural batching"): no timer, so an idle system sends
+each frame at once and a busy one sends bigger batches. Order is preserved per process, so
+a turn's frames arrive in order.
+
+Why one script: an edge that starts watching a turn adds itself to the watchers, then
+reads the log. Each frame is logged and published atomically, so it was either in the log
+before that read or is published to the new edge after it: no gap; positions drop the
+frames it gets twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from schemas.codec import encode, encode_batch
+from schemas.channels import RedisNames
+from schemas.codec import encode
 from schemas.events import Event
+from schemas.turn_log import FINAL, NOT_LOGGED, log_kind
 
 log = logging.getLogger("turnstream.relay")
+
+
+# KEYS: the turn's log, epochs hash, watchers set. ARGV: the accepting edge's channel, the
+# log's cap, its TTL while live and once finished, then (kind, payload) per frame
+# (kinds: `schemas.turn_log`). Frames of an attempt whose epoch the log has moved past (a
+# worker that lost the turn but still streams) fail XADD and are not shown.
+RELAY_SCRIPT = """
+local log, epochs, watchers = KEYS[1], KEYS[2], KEYS[3]
+local origin, maxlen = ARGV[1], ARGV[2]
+local live_ttl, done_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cur = tonumber(redis.call('HGET', epochs, 'cur') or '0')
+local items = {}
+local logged, finished = false, false
+for i = 5, #ARGV, 2 do
+  local kind, payload = ARGV[i], ARGV[i + 1]
+  if kind == '<NOT_LOGGED>' then
+    items[#items + 1] = payload
+  else
+    local epoch = cur
+    if string.sub(kind, 1, 2) == 'a:' then
+      local known = redis.call('HGET', epochs, kind)
+      if known then
+        epoch = tonumber(known)
+      else
+        epoch = redis.call('HINCRBY', epochs, 'count', 1)
+        redis.call('HSET', epochs, kind, epoch, 'cur', epoch)
+        cur = epoch
+      end
+    end
+    local id = redis.pcall('XADD', log, 'MAXLEN', '~', maxlen, epoch .. '-*', 'e', payload)
+    if type(id) == 'string' then
+      local e, o = string.match(id, '^(%d+)-(%d+)$')
+      items[#items + 1] = '[' .. e .. ',' .. o .. ',' .. payload .. ']'
+      logged = true
+      if kind == '<FINAL>' then finished = true end
+    end
+  end
+end
+if logged then
+  redis.call('EXPIRE', log, finished and done_ttl or live_ttl)
+  redis.call('EXPIRE', epochs, live_ttl)
+end
+if #items == 0 then return 0 end
+local message = '[' .. table.concat(items, ',') .. ']'
+redis.call('PUBLISH', origin, message)
+for _, channel in ipairs(redis.call('SMEMBERS', watchers)) do
+  if channel ~= origin then redis.call('PUBLISH', channel, message) end
+end
+return #items
+""".replace("<NOT_LOGGED>", NOT_LOGGED).replace("<FINAL>", FINAL)
+
+
+@dataclass(frozen=True, slots=True)
+class LogLimits:
+    """How much of a turn's frames its log keeps, and for how long (settings: RESUME_*)."""
+
+    max_entries: int = 20_000
+    live_ttl_s: int = 600
+    done_ttl_s: int = 60
 
 
 class RelayOverflow(RuntimeError):
@@ -32,9 +103,19 @@ class RelayFailed(RuntimeError):
 
 
 class RelayPublisher:
-    def __init__(self, redis: Redis, *, max_pending: int = 100_000) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        names: RedisNames,
+        *,
+        limits: LogLimits = LogLimits(),
+        max_pending: int = 100_000,
+    ) -> None:
         self._redis = redis
-        self._pending: list[tuple[str, bytes, asyncio.Future[None] | None]] = []
+        self._names = names
+        self._limits = limits
+        self._script = redis.register_script(RELAY_SCRIPT)
+        self._pending: list[_Frame] = []
         self._max_pending = max_pending
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
@@ -54,7 +135,9 @@ class RelayPublisher:
     def _enqueue(self, channel: str, event: Event, confirmed: asyncio.Future[None] | None):
         if len(self._pending) >= self._max_pending:
             raise RelayOverflow(f"{len(self._pending)} frames waiting for Redis")
-        self._pending.append((channel, encode(event), confirmed))
+        self._pending.append(
+            _Frame(channel, event.turn_id, log_kind(event), encode(event), confirmed)
+        )
         self._idle.clear()
         self._wakeup.set()
 
@@ -71,8 +154,8 @@ class RelayPublisher:
                 batch, self._pending = self._pending, []
                 try:
                     async with self._redis.pipeline(transaction=False) as pipe:
-                        for channel, payloads in _by_channel(batch).items():
-                            pipe.publish(channel, encode_batch(payloads))
+                        for (channel, turn_id), frames in _by_turn(batch).items():
+                            await self._relay_turn(pipe, channel, turn_id, frames)
                         await pipe.execute()
                 except (RedisConnectionError, RedisTimeoutError):  # Redis away: keep, retry
                     log.warning("relay publish failed; retrying in %.2fs", backoff, exc_info=True)
@@ -82,19 +165,45 @@ class RelayPublisher:
                     continue
                 except Exception as err:  # a permanent error: retrying would loop forever
                     log.exception("relay dropped %d frames", len(batch))
-                    for _, _, confirmed in batch:
-                        if confirmed is not None and not confirmed.done():
-                            confirmed.set_exception(RelayFailed(repr(err)))
+                    for frame in batch:
+                        if frame.confirmed is not None and not frame.confirmed.done():
+                            frame.confirmed.set_exception(RelayFailed(repr(err)))
                     continue
                 backoff = 0.05
-                for _, _, confirmed in batch:
-                    if confirmed is not None and not confirmed.done():
-                        confirmed.set_result(None)
+                for frame in batch:
+                    if frame.confirmed is not None and not frame.confirmed.done():
+                        frame.confirmed.set_result(None)
             self._idle.set()
 
+    async def _relay_turn(self, pipe, channel: str, turn_id: str, frames: list[_Frame]) -> None:
+        names, limits = self._names, self._limits
+        args: list[str | bytes | int] = [
+            channel,
+            limits.max_entries,
+            limits.live_ttl_s,
+            limits.done_ttl_s,
+        ]
+        for frame in frames:
+            args += (frame.kind, frame.payload)
+        keys = [
+            names.turn_log_key(turn_id),
+            names.turn_epochs_key(turn_id),
+            names.turn_watchers_key(turn_id),
+        ]
+        await self._script(keys=keys, args=args, client=pipe)  # queued on the pipeline
 
-def _by_channel(batch: list[tuple[str, bytes, object]]) -> dict[str, list[bytes]]:
-    grouped: dict[str, list[bytes]] = {}
-    for channel, payload, _ in batch:
-        grouped.setdefault(channel, []).append(payload)
+
+@dataclass(slots=True)
+class _Frame:
+    channel: str
+    turn_id: str
+    kind: str  # schemas.turn_log's instruction to the script
+    payload: bytes
+    confirmed: asyncio.Future[None] | None
+
+
+def _by_turn(batch: list[_Frame]) -> dict[tuple[str, str], list[_Frame]]:
+    grouped: dict[tuple[str, str], list[_Frame]] = {}
+    for frame in batch:
+        grouped.setdefault((frame.channel, frame.turn_id), []).append(frame)
     return grouped
