@@ -16,12 +16,13 @@ system_packages() {
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
   command -v espeak-ng >/dev/null || missing+=(espeak-ng)  # speech made by the tests
+  command -v chromium >/dev/null || missing+=(chromium)  # the web client's end-to-end test
   if ((${#missing[@]})); then
     log "installing system packages: ${missing[*]}"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  log "system packages ready (redis-server, java, mvn, espeak-ng)"
+  log "system packages ready (redis-server, java, mvn, espeak-ng, chromium)"
 }
 
 find_python() {

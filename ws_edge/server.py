@@ -64,6 +64,7 @@ from ws_edge.session import (
 from ws_edge.speech_detector import SpeechDetector
 from ws_edge.tiers import TenantRegistry
 from ws_edge.voice_loop import VadRules
+from ws_edge.web_assets import process_request
 
 log = logging.getLogger("turnstream.edge")
 
@@ -146,6 +147,7 @@ class EdgeServer:
             compression=None,  # small JSON frames: deflate costs more than it saves
             ping_interval=20,
             ping_timeout=20,
+            process_request=process_request,  # the web client's page and scripts
         )
         log.info("edge %s listening on %s:%d", self.edge_id, self.settings.edge_host, self.port)
 
