@@ -162,6 +162,27 @@ def start_roles(
     return children
 
 
+def start_extra_edges(
+    env: dict[str, str], logs: Path, settings: Settings, count: int
+) -> list[Child]:
+    """Edge nodes 2..count on the ports after the first one's (each its own id)."""
+    edges: list[Child] = []
+    try:
+        for i in range(1, count):
+            edge_env = {
+                **env,
+                "TURNSTREAM_EDGE_PORT": str(settings.edge_port + i),
+                "TURNSTREAM_EDGE_ID": f"{settings.edge_id}-{i + 1}" if settings.edge_id else "",
+            }
+            child = Child(f"edge {i + 1}", "ws_edge", logs / f"edge-{i + 1}.log", edge_env)
+            edges.append(child)
+            child.wait_ready(timeout_s=60)
+    except BaseException:
+        stop_roles(edges)
+        raise
+    return edges
+
+
 def stop_roles(children: list[Child]) -> None:
     """The edge first, so no new turn arrives while the consumers drain."""
     for child in reversed(children):
@@ -190,6 +211,13 @@ def main() -> None:
     parser.add_argument("--engine", default=settings.engine, choices=["vllm", "fake"])
     parser.add_argument("--serve", action="store_true", help="no chat; serve until Ctrl-C")
     parser.add_argument("--keep-services", action="store_true")
+    parser.add_argument(
+        "--edges",
+        type=int,
+        default=1,
+        help="edge nodes, on consecutive ports from TURNSTREAM_EDGE_PORT (a client may "
+        "resume its answers on any of them)",
+    )
     args = parser.parse_args()
 
     logs = settings.state_path / "logs"
@@ -201,9 +229,18 @@ def main() -> None:
     exit_code = 0
     try:
         children = start_roles(env, logs, first_step=3, steps=2 + len(ROLES))
+        children += start_extra_edges(env, logs, settings, args.edges)
         print(f"logs: {logs}", file=sys.stderr)
         url = f"ws://{settings.edge_host}:{settings.edge_port}/"
         if args.serve:
+            web_token = mint_token(settings.auth_secret, os.environ.get("USER", "you"), "local")
+            for i in range(max(args.edges, 1)):
+                port = settings.edge_port + i
+                print(f"edge {i + 1}: ws://{settings.edge_host}:{port}/", file=sys.stderr)
+            print(
+                f"web client: http://{settings.edge_host}:{settings.edge_port}/?token={web_token}",
+                file=sys.stderr,
+            )
             print(f"serving on {url} (Ctrl-C stops)", file=sys.stderr)
             while True:
                 time.sleep(3600)

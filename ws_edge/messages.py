@@ -242,6 +242,7 @@ class ResponseRestarted(ServerEvent, tag="response.restarted"):
 
     turn_id: str
     reason: str
+    epoch: int | None = None  # the new attempt's epoch: frames of earlier ones are stale
 
 
 class ResponseRetracted(ServerEvent, tag="response.retracted"):
@@ -327,7 +328,8 @@ class ResponseResumed(ServerEvent, tag="response.resumed"):
     position follow, then the live stream), `restarted` (the answer started over since that
     position, on another worker: discard its text; the new attempt follows from its start),
     `expired` (the history no longer reaches back to that position: text is missing, and
-    `response.done` carries the whole answer). `epoch`/`offset`: where the frames resume."""
+    `response.done` carries the whole answer). `epoch`/`offset`: the position the frames
+    follow (the client's own, or with `restarted` the new epoch's start, offset -1)."""
 
     turn_id: str
     conversation_id: str

@@ -400,14 +400,14 @@ class Session:
                 )
                 return [Send(transcript)]
             case TurnStarted():
-                actions = self._new_attempt(route, event.turn_id, event.attempt)
+                actions = self._new_attempt(route, event.turn_id, event.attempt, epoch)
                 return [*actions, Send(ResponseStarted(event.turn_id, event.model, epoch, offset))]
             case TokenChunk() if route.interrupted:
                 return []  # stopped: what the engine made before the abort is not shown
             case TokenChunk():
                 actions = []
                 if event.attempt != route.attempt:  # its turn.started was lost
-                    actions = self._new_attempt(route, event.turn_id, event.attempt)
+                    actions = self._new_attempt(route, event.turn_id, event.attempt, epoch)
                 if event.seq <= route.last_seq:
                     return actions  # a relay retry delivered it twice
                 route.last_seq = event.seq
@@ -571,13 +571,13 @@ class Session:
         return route is not None and route.speech and route.text_done and not route.audio_done
 
     @staticmethod
-    def _new_attempt(route: _Route, turn_id: str, attempt: str) -> list[Action]:
+    def _new_attempt(route: _Route, turn_id: str, attempt: str, epoch: int | None) -> list[Action]:
         """A worker starts (or restarts) the answer. A second attempt means the first
         worker died mid-answer and Kafka redelivered the turn: the client must drop what
         it showed, and the new attempt's chunks count from seq 0 again."""
         actions: list[Action] = []
         if route.attempt is not None and route.attempt != attempt:
-            actions.append(Send(ResponseRestarted(turn_id, "worker_failover")))
+            actions.append(Send(ResponseRestarted(turn_id, "worker_failover", epoch)))
         route.attempt = attempt
         route.last_seq = -1
         route.shown_chars = 0
