@@ -37,6 +37,8 @@ def decode(payload: bytes | str) -> AnyEvent:
         envelope = _envelope_decoder.decode(payload)
     except msgspec.DecodeError as exc:
         raise MalformedEvent(f"not an event envelope: {exc}") from None
+    except RecursionError:  # nesting deeper than the decoder's stack (found by fuzzing)
+        raise MalformedEvent("event nested too deeply") from None
     if envelope.v not in SUPPORTED_VERSIONS:
         raise UnsupportedVersion(
             f"wire version {envelope.v} is not supported (speaks {sorted(SUPPORTED_VERSIONS)})"
@@ -47,6 +49,8 @@ def decode(payload: bytes | str) -> AnyEvent:
         return _event_decoder.decode(payload)
     except msgspec.DecodeError as exc:
         raise MalformedEvent(f"invalid {envelope.type}: {exc}") from None
+    except RecursionError:
+        raise MalformedEvent(f"{envelope.type} nested too deeply") from None
 
 
 _batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
@@ -61,6 +65,6 @@ def decode_batch(payload: bytes | str) -> list[AnyEvent]:
     """Parse a batch; every element is checked like a single event (`decode`)."""
     try:
         items = _batch_decoder.decode(payload)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise MalformedEvent(f"not an event batch: {exc}") from None
     return [decode(bytes(item)) for item in items]

@@ -91,7 +91,7 @@ def decode_relay_message(payload: bytes | str) -> list[tuple[AnyEvent, LogPositi
     event]` for a logged one. An unreadable item fails the message (MalformedEvent)."""
     try:
         items = _items.decode(payload)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise MalformedEvent(f"not a relay message: {exc}") from None
     frames: list[tuple[AnyEvent, LogPosition | None]] = []
     for item in items:
@@ -102,7 +102,7 @@ def decode_relay_message(payload: bytes | str) -> list[tuple[AnyEvent, LogPositi
                 frames.append((decode(bytes(event)), LogPosition(epoch, offset)))
             else:
                 frames.append((decode(raw), None))
-        except (DecodeError, msgspec.DecodeError):
+        except (DecodeError, msgspec.DecodeError, RecursionError):
             raise MalformedEvent(f"unreadable relay item: {raw[:120]!r}") from None
     return frames
 

@@ -609,6 +609,8 @@ class Session:
             raise InvalidMessage(f"every message needs a string `type`: {exc}") from None
         except msgspec.DecodeError as exc:
             raise MalformedMessage(f"not valid JSON: {exc}") from None
+        except RecursionError:  # nesting deeper than the decoder's stack (found by fuzzing)
+            raise MalformedMessage("JSON nested too deeply") from None
         if envelope.type not in CLIENT_TYPES:
             raise UnknownMessageType(
                 f"unknown message type {envelope.type!r}; expected one of {sorted(CLIENT_TYPES)}"
@@ -622,6 +624,8 @@ class Session:
             return client_decoder.decode(frame)
         except msgspec.DecodeError as exc:
             raise InvalidMessage(f"invalid {envelope.type}: {exc}") from None
+        except RecursionError:
+            raise MalformedMessage("JSON nested too deeply") from None
 
     def _handle(self, message: AnyClientMessage) -> list[Action]:
         try:

@@ -424,6 +424,8 @@ def _audio_stream(container: av.container.InputContainer, label: str) -> av.Audi
             raise UnsupportedMedia(f"{label} holds video but no audio track")
         raise AudioUnreadable(f"{label}: the container holds no audio stream")
     stream = audio[0]
+    if stream.codec_context is None:  # a header with no usable format (found by fuzzing)
+        raise AudioUnreadable(f"{label}: the audio stream has no decodable format")
     codec = stream.codec_context.name
     if codec not in _CODECS:
         raise UnsupportedMedia(f"{label}: audio codec {codec!r} is not accepted")

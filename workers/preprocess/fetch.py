@@ -185,7 +185,10 @@ def check_url(url: str | httpx.URL, allowed_ports: frozenset[int]) -> _Target:
     host = parsed.raw_host.decode("ascii").lower().rstrip(".")
     if not host:
         raise UrlBlocked("URL has no host")
-    parsed = parsed.copy_with(host=host, fragment=None)
+    try:  # httpx re-parses the host: `0177.0.0.1.` passes the first parse, not this one
+        parsed = parsed.copy_with(host=host, fragment=None)
+    except httpx.InvalidURL as e:
+        raise UrlBlocked(f"malformed host {host!r}: {e}") from e
     if ":" in host:  # httpx has already unbracketed an IPv6 literal
         return _Target(parsed, host, _check_literal(host))
     labels = host.split(".")
