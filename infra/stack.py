@@ -143,12 +143,20 @@ ROLES = (
 
 
 def start_roles(
-    env: dict[str, str], logs: Path, *, log_prefix: str = "", first_step: int = 0, steps: int = 0
+    env: dict[str, str],
+    logs: Path,
+    *,
+    log_prefix: str = "",
+    first_step: int = 0,
+    steps: int = 0,
+    only: tuple[str, ...] = (),
 ) -> list[Child]:
-    """Start every role and wait until each is ready; on failure stop the ones started."""
+    """Start every role (or those whose `log` name is in `only`) and wait until each is
+    ready; on failure stop the ones started."""
     children: list[Child] = []
+    roles = [r for r in ROLES if not only or r.log in only]
     try:
-        for i, role in enumerate(ROLES):
+        for i, role in enumerate(roles):
             if steps:
                 note = f" ({role.note})" if role.note else ""
                 print(f"[{first_step + i}/{steps}] {role.name}{note}", file=sys.stderr)

@@ -171,6 +171,8 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     # were heard) and turns the voice loop withdrew: assembly applies them before it builds
     # this turn's prompt, whatever order topics arrive in
     truncates: list[Truncation] = []
+    # the replay run that made this turn (producers/replay); "" for live traffic
+    run_id: str = ""
 
 
 class SafetyStage(enum.StrEnum):

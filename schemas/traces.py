@@ -86,6 +86,7 @@ class TraceRow:
     unaudited: int  # 1: a verdict never came (optimistic went on without it)
     hold_max_ms: float
     cost_usd: float
+    run_id: str  # the replay run ('' for live traffic)
     submitted_at: datetime
     completed_at: datetime
 
@@ -178,6 +179,7 @@ def build_trace(
         unaudited=int(checked.unaudited) if checked else 0,
         hold_max_ms=checked.max_hold_ms if checked else 0.0,
         cost_usd=(prices or Prices()).cost(model, usage[0], usage[1]),
+        run_id=submitted.run_id,
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )
