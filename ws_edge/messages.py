@@ -42,7 +42,8 @@ from schemas.events import (
 )
 
 PROTOCOL_VERSION = 1
-ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+# `(?!\n)`: Python's `$` also matches before a final newline ("t1\n"); ECMA-262 has no `\Z`
+ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$(?!\n)"
 
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
 Text = Annotated[str, msgspec.Meta(min_length=1)]

@@ -450,7 +450,7 @@ class Session:
         if route.attempt is not None and event.attempt != route.attempt:
             return []  # speech of an attempt that failed over
         actions: list[Action] = []
-        if event.pcm:
+        if event.pcm and event.sample_rate > 0:
             duration_ms = 1000 * len(event.pcm) / 2 / event.sample_rate
             route.timeline.add(event.text, duration_ms)
             if route.first_audio_ms is None:
@@ -598,7 +598,10 @@ class Session:
     def _parse(self, frame: str | bytes) -> AnyClientMessage:
         if isinstance(frame, bytes):
             raise InvalidMessage("binary frames are not part of protocol v1; send JSON text")
-        size = len(frame.encode())
+        try:
+            size = len(frame.encode())
+        except UnicodeEncodeError:  # a lone surrogate: not UTF-8 (websockets never delivers one)
+            raise MalformedMessage("the frame is not valid UTF-8 text") from None
         if size > self._limits.max_media_message_bytes:
             raise MessageTooLarge(
                 f"message is {size} bytes; the limit is {self._limits.max_media_message_bytes}"
