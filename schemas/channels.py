@@ -63,6 +63,10 @@ class RedisNames:
         """A conversation's latest turn: what a second device joins."""
         return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:latest"
 
+    def canary_key(self) -> str:
+        """The running canary experiment (schemas.canary.CanaryConfig as JSON), if any."""
+        return f"{self.prefix}:canary"
+
     def blob_key(self, key: str) -> str:
         """A media blob (upload or pixel tensor), content-addressed, with a TTL."""
         return f"{self.prefix}:blob:{key}"

@@ -173,6 +173,10 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     truncates: list[Truncation] = []
     # the replay run that made this turn (producers/replay); "" for live traffic
     run_id: str = ""
+    # the canary arm it is in ("" when no experiment runs; schemas/canary.py), and its system
+    # prompt when the arm changes it ("" = the deployment's)
+    arm: str = ""
+    persona: str = ""
 
 
 class SafetyStage(enum.StrEnum):

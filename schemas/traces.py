@@ -87,6 +87,7 @@ class TraceRow:
     hold_max_ms: float
     cost_usd: float
     run_id: str  # the replay run ('' for live traffic)
+    arm: str  # the canary arm ('' when no experiment ran)
     submitted_at: datetime
     completed_at: datetime
 
@@ -180,6 +181,7 @@ def build_trace(
         hold_max_ms=checked.max_hold_ms if checked else 0.0,
         cost_usd=(prices or Prices()).cost(model, usage[0], usage[1]),
         run_id=submitted.run_id,
+        arm=submitted.arm,
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )

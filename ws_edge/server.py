@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosed
 
 from producers.turn_publisher import PublishFailed, TurnPublisher
 from schemas.blobs import blob_store
+from schemas.canary import apply_arm
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
@@ -32,6 +33,7 @@ from schemas.settings import Settings
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
 from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
 from ws_edge.admission import AdmissionControl
+from ws_edge.canary import CanaryWatch
 from ws_edge.conversations import ConversationClaims
 from ws_edge.errors import (
     BrokerUnavailable,
@@ -126,6 +128,7 @@ class EdgeServer:
             fail_open=settings.rate_limit_fail_open,
             retry_after_ms=settings.overload_retry_after_ms,
         )
+        self.canary = CanaryWatch(self.redis, self.names, now_ms)
         self._server: Server | None = None
         self.slow_clients_closed = 0  # connections closed for falling too far behind
         self._relay_task: asyncio.Task[None] | None = None
@@ -320,6 +323,7 @@ class _Connection:
         turn = action.turn
         try:
             turn = await self.edge.admission.admit(turn)
+            turn = apply_arm(turn, await self.edge.canary.current())
             if not await self.edge.claims.claim(turn.tenant_id, turn.conversation_id, action.owner):
                 raise ForbiddenConversation(
                     f"conversation {turn.conversation_id!r} belongs to another user"

@@ -230,7 +230,7 @@ class AssemblyJob:
         )
         answer_room = min(submitted.decoding.max_tokens, self.config.max_model_len // 2)
         messages, context = assemble(
-            persona=self.config.persona,
+            persona=submitted.persona or self.config.persona,  # a canary arm's own
             profile=profile,
             passages=passages,
             history=state.messages,
@@ -243,7 +243,8 @@ class AssemblyJob:
             state.truncated_turns += 1
         key = submitted.conversation_id.encode()
         route = await self.routing.place(intent, messages, key)
-        cached = await self._cached(turn, state, profile, passages)
+        # the cache holds answers to the deployment's persona: never for an arm's own
+        cached = None if submitted.persona else await self._cached(turn, state, profile, passages)
         if cached is not None:
             route = msgspec.structs.replace(
                 route, cache_hit=True, cache_similarity=round(cached.score, 4)
