@@ -8,6 +8,9 @@ two-turn conversations, once one conversation at a time (the baseline) and once 
 ratio.
 
     python -m bench.replay --items 200 --concurrency 16
+    python -m bench.replay --engine vllm --items 24 --concurrency 8 --max-tokens 32
+
+`--engine vllm` runs the bundled SmolLM2-135M on vLLM (CPU here) instead of the fake.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from schemas.channels import RedisNames, redis_client
 from schemas.flywheel import Candidate, EvalItem, ItemTurn, SetKind
 from schemas.settings import Settings
 from tests.support.stack import pipeline
+from workers.inference.app import build_engine
 from workers.inference.fake_engine import FakeEngine
 
 RESULTS = Path(__file__).parent / "results"
@@ -43,7 +47,9 @@ def items(count: int) -> list[EvalItem]:
     return made
 
 
-async def one_run(running, concurrency: int, count: int) -> tuple[int, float, int]:
+async def one_run(
+    running, concurrency: int, count: int, max_tokens: int | None = None
+) -> tuple[int, float, int]:
     settings = running.settings
     redis = redis_client(settings.redis_url)
     names = RedisNames.for_namespace(settings.namespace)
@@ -57,7 +63,7 @@ async def one_run(running, concurrency: int, count: int) -> tuple[int, float, in
     replay = Replay(
         target,
         run_id=run_id,
-        candidate=Candidate(name="bench"),
+        candidate=Candidate(name="bench", max_tokens=max_tokens),
         concurrency=concurrency,
         turn_timeout_s=120,
         progress=lambda line: print(line, end="", file=sys.stderr, flush=True),
@@ -72,24 +78,39 @@ async def one_run(running, concurrency: int, count: int) -> tuple[int, float, in
 
 
 async def main_async(args: argparse.Namespace) -> dict:
-    settings = Settings.from_env(namespace=f"replay-bench-{uuid.uuid4().hex[:6]}", edge_port=0)
-    engine = FakeEngine(token_interval_s=args.token_ms / 1000)
+    settings = Settings.from_env(
+        namespace=f"replay-bench-{uuid.uuid4().hex[:6]}", edge_port=0, engine=args.engine
+    )
+    engine = (
+        FakeEngine(token_interval_s=args.token_ms / 1000)
+        if args.engine == "fake"
+        else build_engine(settings)
+    )
     print(f"starting the candidate's pipeline in {settings.namespace}", file=sys.stderr)
     rows = {}
-    async with pipeline(settings, engine) as running:
-        await one_run(running, 4, 8)  # warm-up: models loaded, groups settled
-        for concurrency in (1, args.concurrency):
-            count = args.items if concurrency > 1 else max(args.items // 4, 20)
-            turns, seconds, failed = await one_run(running, concurrency, count)
-            rows[concurrency] = {"turns": turns, "seconds": seconds, "failed": failed}
+    try:
+        await replay_both(settings, engine, args, rows)
+    finally:
+        await engine.close()
     return rows
+
+
+async def replay_both(settings: Settings, engine, args: argparse.Namespace, rows: dict) -> None:
+    async with pipeline(settings, engine) as running:
+        await one_run(running, 4, 8, args.max_tokens)  # warm-up: models, groups settled
+        for concurrency in (1, args.concurrency):
+            count = args.items if concurrency > 1 else max(args.items // 4, 8)
+            turns, seconds, failed = await one_run(running, concurrency, count, args.max_tokens)
+            rows[concurrency] = {"turns": turns, "seconds": seconds, "failed": failed}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--token-ms", type=float, default=2.0)
+    parser.add_argument("--token-ms", type=float, default=2.0, help="the fake engine's pace")
+    parser.add_argument("--engine", default="fake", choices=["fake", "vllm"])
+    parser.add_argument("--max-tokens", type=int, default=None)
     args = parser.parse_args()
     rows = asyncio.run(main_async(args))
     print("\n| conversations at once | turns | seconds | turns/s | failed |")
@@ -103,7 +124,7 @@ def main() -> None:
         )
     print(f"\nx{rates[args.concurrency] / rates[1]:.1f} turns/s with {args.concurrency} at once")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "replay.json").write_text(json.dumps(rows, indent=1))
+    (RESULTS / f"replay-{args.engine}.json").write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
