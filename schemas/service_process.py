@@ -1,5 +1,6 @@
-"""How every service process starts: settings read once, logging configured, and an event
-set by SIGINT/SIGTERM so the service can stop gracefully (drain, flush, close)."""
+"""How every service process starts: settings read once, logging configured, the metrics
+endpoint up (when TURNSTREAM_METRICS_PORT is set), and an event set by SIGINT/SIGTERM so the
+service can stop gracefully (drain, flush, close)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import logging
 import signal
 
+from schemas.prometheus import serve_metrics
 from schemas.settings import Settings
 
 
@@ -16,6 +18,7 @@ def start_process() -> tuple[Settings, asyncio.Event]:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    serve_metrics(settings.metrics_port, settings.metrics_host)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)

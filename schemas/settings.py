@@ -344,6 +344,17 @@ class Settings:
         "drop_oldest",
         "When the audit queue is full: drop_oldest (audit the newest) or skip_new.",
     )
+    metrics_port: int = _var(
+        "TURNSTREAM_METRICS_PORT",
+        0,
+        "Prometheus scrape endpoint of this process (/metrics; 0: off). Each process on a "
+        "host needs its own port; in Kubernetes every pod uses the same one.",
+    )
+    metrics_host: str = _var(
+        "TURNSTREAM_METRICS_HOST",
+        "127.0.0.1",
+        "Address the metrics endpoint binds (it has no authentication: keep it in-cluster).",
+    )
     metrics_interval_ms: float = _var(
         "TURNSTREAM_METRICS_INTERVAL_MS",
         500.0,

@@ -22,6 +22,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from producers.turn_publisher import PublishFailed, TurnPublisher
+from schemas import prometheus as prom
 from schemas.blobs import blob_store
 from schemas.canary import apply_arm
 from schemas.channels import RedisNames, redis_client
@@ -43,7 +44,13 @@ from ws_edge.errors import (
     UnknownTurn,
 )
 from ws_edge.media import MediaLimits
-from ws_edge.messages import FeedbackRecorded, ResponseAudio, ResponseDelta, encode_server
+from ws_edge.messages import (
+    ErrorEvent,
+    FeedbackRecorded,
+    ResponseAudio,
+    ResponseDelta,
+    encode_server,
+)
 from ws_edge.outbox import Outbox, OutboxOverflow
 from ws_edge.pool_load import PoolLoad
 from ws_edge.rate_limit import RateLimiter
@@ -216,6 +223,7 @@ class _Connection:
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
+        prom.EDGE_CONNECTIONS.inc()
         try:
             self._apply(self.session.open(_token_from_request(self.websocket)))
             async for frame in self.websocket:
@@ -223,6 +231,7 @@ class _Connection:
         except ConnectionClosed:
             pass
         finally:
+            prom.EDGE_CONNECTIONS.dec()
             for turn_id in self.session.open_turns:
                 self.edge.relay.unroute(turn_id, self._on_relay)
             for handle in self._speech_deadlines.values():
@@ -238,6 +247,8 @@ class _Connection:
         for action in actions:
             match action:
                 case Send(event):
+                    if isinstance(event, ErrorEvent):
+                        prom.ERRORS.labels("edge", event.code).inc()
                     try:
                         if isinstance(event, ResponseDelta):
                             self.outbox.put_delta(event)
@@ -247,6 +258,7 @@ class _Connection:
                     except OutboxOverflow as err:
                         log.warning("closing slow client: %s", err)
                         self.edge.slow_clients_closed += 1
+                        prom.EDGE_SLOW_CLOSED.inc()
                         self.outbox.closed = True  # later frames are dropped, close once
                         self._spawn(self.websocket.close(CLOSE_TRY_AGAIN_LATER, "slow consumer"))
                 case SubmitTurn():
@@ -374,6 +386,7 @@ class _Connection:
             if owner != action.owner:  # the same answer whether it exists or not
                 raise UnknownTurn(f"no turn {turn_id!r} of yours to resume")
         except (EdgeError, RedisError) as exc:
+            prom.EDGE_RESUMES.labels("refused").inc()
             self._apply(self.session.resume_failed(action.turn_id, _submit_error(exc)))
             return
         self._apply(self.session.resume_found(turn_id, conversation_id, action.after))
@@ -402,6 +415,7 @@ class _Connection:
                 recorded = decode(done)
                 if isinstance(recorded, TurnCompleted):
                     outcome = recorded
+        prom.EDGE_RESUMES.labels(plan.status).inc()
         self._apply(self.session.resume_loaded(turn_id, plan, entries, outcome))
         self._release(turn_id)
 
@@ -449,6 +463,7 @@ class _Connection:
     async def _write(self) -> None:
         while True:
             frames = await self.outbox.take_all()
+            prom.EDGE_FRAMES.inc(len(frames))
             try:
                 for frame in frames:
                     await self.websocket.send(frame)

@@ -87,6 +87,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         names=clients.names,
         config=ServiceConfig(
             worker_id=clients.worker_id,
+            pool=settings.pool,
             max_queued_per_conversation=settings.max_queued_per_conversation,
             output_gate=output_gate_config(settings),
             tier_gates={

@@ -17,13 +17,54 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
 
+from schemas import prometheus as prom
 from schemas.codec import encode
-from schemas.events import WorkerMetrics
+from schemas.events import TurnCompleted, WorkerMetrics
 from workers.inference.engine import Engine
 from workers.inference.engine_stats import EngineSnapshot
 from workers.inference.gauges import TurnGauges
 
 log = logging.getLogger("turnstream.inference.metrics")
+
+
+def observe_completed(completed: TurnCompleted, pool: str) -> None:
+    """A finished turn on the Prometheus endpoint: its latencies, tokens and outcome."""
+    model, t = completed.model, completed.timings
+    if t.ttft_ms is not None:
+        prom.TIME_TO_FIRST_TOKEN.labels(pool, model).observe(t.ttft_ms / 1000)
+    per_token = prom.TIME_PER_OUTPUT_TOKEN.labels(pool, model)
+    for gap_ms in t.itl_ms:
+        per_token.observe(gap_ms / 1000)
+    finish = str(completed.finish_reason)
+    prom.REQUEST_DURATION.labels(pool, model, finish).observe(t.e2e_ms / 1000)
+    prom.TOKENS.labels(pool, model, "input").inc(completed.usage.prompt_tokens)
+    prom.TOKENS.labels(pool, model, "output").inc(completed.usage.completion_tokens)
+    prom.TURNS.labels("inference", pool, finish).inc()
+    if completed.error is not None:
+        prom.ERRORS.labels("inference", completed.error.code).inc()
+    if completed.screening is not None and str(completed.screening.action) == "block":
+        prom.SAFETY_TRIGGERS.labels("input", "block").inc()
+    checked = completed.output_safety
+    if checked is not None and checked.cut_window >= 0:
+        prom.SAFETY_TRIGGERS.labels("output", "cut").inc()
+
+
+def export_gauges(event: WorkerMetrics) -> None:
+    """The sample's gauges on the Prometheus endpoint too (each sample: they are "now")."""
+    labels = (event.model, event.pool, event.worker_id)
+    prom.ENGINE_RUNNING.labels(*labels).set(event.running)
+    prom.ENGINE_WAITING.labels(*labels).set(event.waiting)
+    prom.KV_CACHE_USAGE.labels(*labels).set(event.kv_cache_usage)
+    prom.QUEUE_DEPTH.labels("inference", event.pool).set(event.queue_depth)
+    prom.IN_FLIGHT.labels("inference", event.pool).set(event.in_flight)
+
+
+def export_counts(event: WorkerMetrics) -> None:
+    """The sample's counts, once it is published (its interval then closes: none is counted
+    twice, and a sample skipped while Kafka is away rolls into the next)."""
+    hits = event.prefix_cache_hits
+    prom.PREFIX_CACHE.labels(event.pool, "hit").inc(hits)
+    prom.PREFIX_CACHE.labels(event.pool, "miss").inc(max(0, event.prefix_cache_queries - hits))
 
 
 class MetricsPublisher:
@@ -78,6 +119,7 @@ class MetricsPublisher:
             queue_depth=self.gauges.queued,
             in_flight=self.gauges.held,
         )
+        export_gauges(event)
         return event, snapshot
 
     async def run(self) -> None:
@@ -106,6 +148,7 @@ class MetricsPublisher:
             self._failure(err)
             return
         self._base = (event.at_ms, snapshot)
+        export_counts(event)
         self.published += 1
         self._pending.add_done_callback(self._delivered)
 

@@ -49,6 +49,7 @@ from schemas.speech_segments import SegmenterConfig
 from workers.inference.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.image_budget import Grant, ImageBudget
+from workers.inference.metrics import observe_completed
 from workers.inference.output_guard import OutputGuard, SafetyStop
 from workers.inference.pixels import PixelLoader
 from workers.inference.progress import TurnProgress
@@ -66,6 +67,7 @@ log = logging.getLogger("turnstream.inference")
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     worker_id: str
+    pool: str = "chat"  # its pool: a label of its metrics
     max_queued_per_conversation: int = 8
     output_gate: GateConfig | None = None  # None: answers are not checked while streaming
     # per tier (the turn's, from admission) when it differs from `output_gate`
@@ -507,6 +509,7 @@ class InferenceService:
         # Record first, tell the client last: once it sees `response.done`, the outcome is
         # durable in Kafka (the assembly job adds it to the history from there).
         await self.outcomes.record(completed, turn.edge_id)
+        observe_completed(completed, self.config.pool)
 
     async def _refuse_busy(self, turn: TurnSubmitted, held: int) -> None:
         """Answer at once (retryable error) instead of queueing behind `held` turns of the

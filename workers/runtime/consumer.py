@@ -22,6 +22,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from redis.exceptions import RedisError
 
+from schemas import prometheus as prom
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent
@@ -90,6 +91,7 @@ class ConsumerLoop:
                     self._slots.release()
                     raise
                 tp = TopicPartition(record.topic, record.partition)
+                self._export_lag(tp, record.offset)
                 self.tracker.started(tp, record.offset)
                 task = asyncio.create_task(self._process(tp, record))
                 self._tasks[task] = tp
@@ -98,6 +100,15 @@ class ConsumerLoop:
             committer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await committer
+
+    def _export_lag(self, tp: TopicPartition, offset: int) -> None:
+        """Records of the partition behind this one (its high watermark from the last
+        fetch): the consumer lag, per partition, on the metrics endpoint."""
+        highwater = self.consumer.highwater(tp)
+        if highwater is not None:
+            group = self.consumer._group_id or ""  # aiokafka keeps it only there
+            lag = max(0, highwater - offset - 1)
+            prom.CONSUMER_LAG.labels(group, tp.topic, str(tp.partition)).set(lag)
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
