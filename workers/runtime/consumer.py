@@ -78,6 +78,7 @@ class ConsumerLoop:
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self._slots = asyncio.Semaphore(max_inflight)
         self._tasks: dict[asyncio.Task[None], TopicPartition] = {}
+        self._lag_failed = False
 
     async def run(self) -> None:
         self.consumer.subscribe(self.topics, listener=_Rebalance(self))
@@ -104,11 +105,16 @@ class ConsumerLoop:
     def _export_lag(self, tp: TopicPartition, offset: int) -> None:
         """Records of the partition behind this one (its high watermark from the last
         fetch): the consumer lag, per partition, on the metrics endpoint."""
-        highwater = self.consumer.highwater(tp)
-        if highwater is not None:
-            group = self.consumer._group_id or ""  # aiokafka keeps it only there
-            lag = max(0, highwater - offset - 1)
-            prom.CONSUMER_LAG.labels(group, tp.topic, str(tp.partition)).set(lag)
+        try:  # metrics never cost a turn anything: a failure here is logged, once
+            highwater = self.consumer.highwater(tp)
+            if highwater is not None:
+                group = getattr(self.consumer, "_group_id", None) or ""  # aiokafka's only copy
+                lag = max(0, highwater - offset - 1)
+                prom.CONSUMER_LAG.labels(group, tp.topic, str(tp.partition)).set(lag)
+        except Exception:
+            if not self._lag_failed:
+                log.warning("consumer lag not exported", exc_info=True)
+                self._lag_failed = True
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
