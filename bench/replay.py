@@ -25,8 +25,7 @@ from pathlib import Path
 
 from producers.replay.plan import from_eval_items
 from producers.replay.runner import Replay, Target
-from schemas.blobs import blob_store
-from schemas.channels import RedisNames, redis_client
+from schemas.channels import redis_client
 from schemas.flywheel import Candidate, EvalItem, ItemTurn, SetKind
 from schemas.settings import Settings
 from tests.support.stack import pipeline
@@ -52,13 +51,7 @@ async def one_run(
 ) -> tuple[int, float, int]:
     settings = running.settings
     redis = redis_client(settings.redis_url)
-    names = RedisNames.for_namespace(settings.namespace)
-    target = Target(
-        bootstrap=settings.kafka_bootstrap,
-        namespace=settings.namespace,
-        blobs=blob_store(settings.blob_store_url, redis, names),
-        edge_id="bench-replay",
-    )
+    target = Target.of(settings, redis, edge_id="bench-replay")
     run_id = f"bench-{concurrency}-{uuid.uuid4().hex[:6]}"
     replay = Replay(
         target,

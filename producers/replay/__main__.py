@@ -39,8 +39,7 @@ from producers.replay.plan import (
 )
 from producers.replay.runner import Replay, Target, iso_now
 from producers.replay.source import SourceError, read_eval_set, read_recorded
-from schemas.blobs import blob_store
-from schemas.channels import RedisNames, redis_client
+from schemas.channels import redis_client
 from schemas.flywheel import Candidate, RunManifest, write_jsonl
 from schemas.settings import Settings, settings_env
 from schemas.topics import REGISTRY
@@ -152,16 +151,7 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"starting the candidate's workers in {namespace}", file=sys.stderr)
         children = await asyncio.to_thread(start_stack, settings, candidate, logs)
     redis = redis_client(settings.redis_url)
-    names = RedisNames.for_namespace(namespace)
-    target = Target(
-        bootstrap=settings.kafka_bootstrap,
-        namespace=namespace,
-        blobs=blob_store(settings.blob_store_url, redis, names),
-        source_blobs=blob_store(
-            live.blob_store_url, redis, RedisNames.for_namespace(live.namespace)
-        ),
-        edge_id=f"replay-{run_id}",
-    )
+    target = Target.of(settings, redis, edge_id=f"replay-{run_id}", source=live)
     replay = Replay(
         target,
         run_id=run_id,

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from redis.asyncio import Redis
 
 from producers.replay.plan import (
     PlannedConversation,
@@ -29,12 +30,14 @@ from producers.replay.plan import (
 )
 from producers.replay.source import partitions_of, stop_consumer
 from producers.turn_publisher import TurnPublisher
-from schemas.blobs import BlobStore
+from schemas.blobs import BlobStore, blob_store
+from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import MediaKind, MediaRef, TurnCompleted, TurnSubmitted
 from schemas.flywheel import Candidate, TurnResult
 from schemas.ids import now_ms
+from schemas.settings import Settings
 from schemas.topics import TURNS_COMPLETED, TURNS_SUBMITTED
 from schemas.traces import Prices
 
@@ -67,6 +70,24 @@ class Target:
     blobs: BlobStore  # the namespace's
     source_blobs: BlobStore | None = None  # the recording's (media of recorded turns)
     edge_id: str = "replay"
+
+    @classmethod
+    def of(
+        cls, settings: Settings, redis: Redis, *, edge_id: str, source: Settings | None = None
+    ) -> Target:
+        """The run's namespace as `settings` name it (`source`: the recording's settings,
+        whose blobs the recorded turns' media are copied from)."""
+
+        def blobs(of: Settings) -> BlobStore:
+            return blob_store(of.blob_store_url, redis, RedisNames.for_namespace(of.namespace))
+
+        return cls(
+            bootstrap=settings.kafka_bootstrap,
+            namespace=settings.namespace,
+            blobs=blobs(settings),
+            source_blobs=blobs(source) if source is not None else None,
+            edge_id=edge_id,
+        )
 
 
 class Outcomes:

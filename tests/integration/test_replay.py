@@ -21,8 +21,7 @@ from infra.stack import REPO
 from producers.replay.plan import from_recorded
 from producers.replay.runner import Replay, Target
 from producers.replay.source import partitions_of, read_recorded, stop_consumer
-from schemas.blobs import blob_store
-from schemas.channels import RedisNames, redis_client
+from schemas.channels import redis_client
 from schemas.codec import encode
 from schemas.flywheel import (
     Candidate,
@@ -118,13 +117,7 @@ async def test_a_recorded_slice_replays_in_its_own_namespace_only(
     plan = from_recorded(turns, tenant="acme")
     settings = replay_pipeline.settings
     redis = redis_client(settings.redis_url)
-    names = RedisNames.for_namespace(settings.namespace)
-    target = Target(
-        bootstrap=settings.kafka_bootstrap,
-        namespace=settings.namespace,
-        blobs=blob_store(settings.blob_store_url, redis, names),
-        edge_id="replay-probe",
-    )
+    target = Target.of(settings, redis, edge_id="replay-probe")
     progress: list[str] = []
     replay = Replay(
         target, run_id="slice1", candidate=Candidate(name="same"), progress=progress.append

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
+from producers.replay.source import partitions_of
 from schemas.codec import decode
 from schemas.events import TurnAssembled
 from schemas.settings import Settings
@@ -56,10 +57,10 @@ async def records_so_far(
     )
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-        if not partitions:
-            await consumer._client.force_metadata_update()
-            partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        partitions = [
+            TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))
+        ]
+        assert partitions, f"no topic {topic!r}"
         consumer.assign(partitions)
         ends = await consumer.end_offsets(partitions)
         await consumer.seek_to_beginning(*partitions)
