@@ -1145,36 +1145,9 @@ def redis_pid(url: str) -> int | None:
 
 def clean_namespace(settings: Any) -> None:
     """Drop the run's Kafka topics and Redis keys (each run has its own namespace)."""
-    import redis
-    from aiokafka.admin import AIOKafkaAdminClient
+    from bench.namespace import drop_namespace
 
-    async def drop_topics() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-        await admin.start()
-        try:
-            mine = [t for t in await admin.list_topics() if t.startswith(settings.namespace + ".")]
-            if mine:
-                await admin.delete_topics(mine)
-        finally:
-            await admin.close()
-
-    with contextlib.suppress(Exception):
-        asyncio.run(drop_topics())
-    from schemas.channels import RedisNames
-
-    client = redis.Redis.from_url(settings.redis_url)
-    try:
-        prefix = RedisNames.for_namespace(settings.namespace).prefix
-        batch = []
-        for key in client.scan_iter(match=f"{prefix}:*", count=5000):
-            batch.append(key)
-            if len(batch) >= 5000:
-                client.unlink(*batch)
-                batch = []
-        if batch:
-            client.unlink(*batch)
-    finally:
-        client.close()
+    asyncio.run(drop_namespace(settings))
 
 
 def edge_log_facts(path: Path) -> dict[str, int]:

@@ -40,8 +40,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import uvloop
-from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.namespace import drop_namespace
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from infra.kafka.topics import ensure_topics
@@ -298,7 +298,7 @@ async def run_strategy(strategy: str, args: argparse.Namespace) -> Run:
             run.hits = sum(g.prefix_cache_hits for g in grown)
         await read_routes(settings, run)
     finally:
-        await clean_up(settings)
+        await drop_namespace(settings)
     progress(f"{strategy}: {len(run.turns)} turns in {run.wall_s:.1f} s")
     return run
 
@@ -319,27 +319,6 @@ async def read_routes(settings: Settings, run: Run) -> None:
         event = decode(record.value)
         if isinstance(event, TurnCompleted):
             run.served_by[event.turn_id] = event.worker_id
-
-
-async def clean_up(settings: Settings) -> None:
-    """Drop the run's topics and Redis keys (each run has its own namespace)."""
-    with contextlib.suppress(Exception):
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-        await admin.start()
-        try:
-            mine = [t for t in await admin.list_topics() if t.startswith(settings.namespace + ".")]
-            if mine:
-                await admin.delete_topics(mine)
-        finally:
-            await admin.close()
-    with contextlib.suppress(Exception):
-        redis = redis_client(settings.redis_url)
-        try:
-            prefix = RedisNames.for_namespace(settings.namespace).prefix
-            async for key in redis.scan_iter(match=f"{prefix}:*", count=1000):
-                await redis.unlink(key)
-        finally:
-            await redis.aclose()
 
 
 # ---- reporting -------------------------------------------------------------------------------
