@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import faust
 
+from schemas.prometheus import serve_metrics
 from schemas.settings import Settings
 from schemas.topics import TURNS_SUBMITTED
+from stream_jobs.metrics import install_metrics
 
 
 def make_app(settings: Settings, name: str) -> faust.App:
@@ -13,12 +15,13 @@ def make_app(settings: Settings, name: str) -> faust.App:
 
     Keys and values are our own bytes (`schemas.codec`); tables live in memory with their
     changelog in Kafka (rebuilt at start); faust's web server would bind 0.0.0.0:6066, so it
-    is off; its data folder goes under TURNSTREAM_HOME, not the working directory.
+    is off (metrics go to our own endpoint, TURNSTREAM_METRICS_PORT); its data folder goes
+    under TURNSTREAM_HOME, not the working directory.
     """
     app_id = f"{settings.namespace}.{name}" if settings.namespace else name
     datadir = settings.state_path / "faust" / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
-    return faust.App(
+    app = faust.App(
         app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
         datadir=str(datadir),
@@ -31,6 +34,8 @@ def make_app(settings: Settings, name: str) -> faust.App:
         key_serializer="raw",
         value_serializer="raw",
     )
+    install_metrics(app)
+    return app
 
 
 def run_worker(app: faust.App, settings: Settings, ready_line: str) -> None:
@@ -41,4 +46,5 @@ def run_worker(app: faust.App, settings: Settings, ready_line: str) -> None:
             await super().on_startup_finished()
             print(ready_line, flush=True)
 
+    serve_metrics(settings.metrics_port, settings.metrics_host)
     Worker(app, loglevel=settings.log_level, quiet=True).execute_from_commandline()

@@ -5,44 +5,30 @@ run in this process, so they share its registry; the endpoint is a real HTTP ser
 from __future__ import annotations
 
 import asyncio
-import re
-import socket
-import urllib.request
 
 import pytest
 
 from schemas.prometheus import serve_metrics
+from schemas.settings import Settings
 from tests.support.factories import new_conversation_id as conv
+from tests.support.metrics import free_port, scrape, value
+from tests.support.polling import eventually
+from tests.support.stack import pipeline, running_assembly, running_job
+from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def value(text: str, series: str) -> float:
-    """The summed value of every sample of `series` (a name, or a name{labels} prefix)."""
-    pattern = re.compile(rf"^{re.escape(series)}(?:{{[^}}]*}})? ([0-9.e+-]+)$", re.M)
-    return sum(float(v) for v in pattern.findall(text))
 
 
 async def test_a_turn_shows_on_the_metrics_endpoint(fake_pipeline):
     port = free_port()
     serve_metrics(port)
 
-    def scrape() -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            return r.read().decode()
-
-    before = await asyncio.to_thread(scrape)
+    before = await asyncio.to_thread(scrape, port)
     async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
         done = await client.ask(conv(), "count my tokens please")
-        during = await asyncio.to_thread(scrape)
-    after = await asyncio.to_thread(scrape)
+        during = await asyncio.to_thread(scrape, port)
+    after = await asyncio.to_thread(scrape, port)
     ttft = "gen_ai_server_time_to_first_token_seconds_count"
     assert value(after, ttft) >= value(before, ttft) + 1
     tokens = "gen_ai_server_token_usage_total"
@@ -53,3 +39,32 @@ async def test_a_turn_shows_on_the_metrics_endpoint(fake_pipeline):
     assert value(during, "turnstream_edge_connections") >= 1
     assert 'finish_reason="stop"' in after
     assert "turnstream_consumer_lag_records{" in after  # the workers' consumers report lag
+
+
+async def test_the_stream_jobs_serve_their_metrics(services, session_namespace):
+    """The faust jobs run as their own processes, each with its endpoint: faust's sensor
+    counts what they read and sent, and their consumer lag is the same series as the
+    workers' (group = the job's app id)."""
+    settings = Settings.from_env(namespace=f"{session_namespace}-jobmetrics", edge_port=0)
+    assembly_port, traces_port = free_port(), free_port()
+    async with (
+        pipeline(settings, FakeEngine(token_interval_s=0.001), with_assembly=False) as p,
+        running_assembly(settings, TURNSTREAM_METRICS_PORT=str(assembly_port)),
+        running_job(settings, "traces", TURNSTREAM_METRICS_PORT=str(traces_port)),
+        EdgeClient.connect(p.url, p.token()) as client,
+    ):
+        await client.ask(conv(), "are the jobs measured?")
+
+        async def counted(port: int) -> bool:
+            text = await asyncio.to_thread(scrape, port)
+            return value(text, "faust_messages_received_total") >= 1
+
+        await eventually(lambda: counted(assembly_port))
+        await eventually(lambda: counted(traces_port))
+        assembly = await asyncio.to_thread(scrape, assembly_port)
+        traces = await asyncio.to_thread(scrape, traces_port)
+    ns = settings.namespace
+    assert f'turnstream_consumer_lag_records{{group="{ns}.assembly",' in assembly
+    assert f'turnstream_consumer_lag_records{{group="{ns}.traces",' in traces
+    assert value(assembly, "faust_topic_messages_sent_total") >= 1  # the assembled turn
+    assert value(assembly, "faust_events_runtime_ms_count") >= 1

@@ -18,6 +18,7 @@ from infra.stack import Child
 from schemas.codec import encode
 from schemas.events import FeedbackKind, Timings
 from schemas.ids import now_ms
+from schemas.prometheus import REGISTRY
 from schemas.settings import Settings, settings_env
 from tests.support.chdb import run_in_engine
 from tests.support.factories import completed, submitted
@@ -99,6 +100,14 @@ async def test_every_turn_lands_once_and_poison_is_dead_lettered(services, click
         await wait_for_rows(clickhouse, "once", 120)
         await eventually(lambda: sink.stats.dead_letters >= len(poison))
     assert await asyncio.to_thread(count, clickhouse, "once") == 120
+    lag = [  # the sink's consumer lag is exported like every other consumer's
+        sample
+        for metric in REGISTRY.collect()
+        if metric.name == "turnstream_consumer_lag_records"
+        for sample in metric.samples
+        if sample.labels["group"] == route_group(settings.namespace, "turns")
+    ]
+    assert lag and all(sample.value >= 0 for sample in lag)
     letters = await records_so_far(
         settings.kafka_bootstrap, f"{settings.namespace}.deadletters", lambda r: True
     )

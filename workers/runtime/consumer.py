@@ -22,11 +22,11 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from redis.exceptions import RedisError
 
-from schemas import prometheus as prom
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent
 from workers.runtime.deadletters import dead_letter
+from workers.runtime.lag import aiokafka_lag
 from workers.runtime.offsets import OffsetTracker
 
 log = logging.getLogger("turnstream.worker")
@@ -78,7 +78,7 @@ class ConsumerLoop:
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self._slots = asyncio.Semaphore(max_inflight)
         self._tasks: dict[asyncio.Task[None], TopicPartition] = {}
-        self._lag_failed = False
+        self._lag = aiokafka_lag(consumer)
 
     async def run(self) -> None:
         self.consumer.subscribe(self.topics, listener=_Rebalance(self))
@@ -92,7 +92,7 @@ class ConsumerLoop:
                     self._slots.release()
                     raise
                 tp = TopicPartition(record.topic, record.partition)
-                self._export_lag(tp, record.offset)
+                self._lag.observe(record.topic, record.partition, record.offset)
                 self.tracker.started(tp, record.offset)
                 task = asyncio.create_task(self._process(tp, record))
                 self._tasks[task] = tp
@@ -101,20 +101,6 @@ class ConsumerLoop:
             committer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await committer
-
-    def _export_lag(self, tp: TopicPartition, offset: int) -> None:
-        """Records of the partition behind this one (its high watermark from the last
-        fetch): the consumer lag, per partition, on the metrics endpoint."""
-        try:  # metrics never cost a turn anything: a failure here is logged, once
-            highwater = self.consumer.highwater(tp)
-            if highwater is not None:
-                group = getattr(self.consumer, "_group_id", None) or ""  # aiokafka's only copy
-                lag = max(0, highwater - offset - 1)
-                prom.CONSUMER_LAG.labels(group, tp.topic, str(tp.partition)).set(lag)
-        except Exception:
-            if not self._lag_failed:
-                log.warning("consumer lag not exported", exc_info=True)
-                self._lag_failed = True
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)

@@ -34,6 +34,7 @@ from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.ids import now_ms
 from workers.runtime.deadletters import dead_letter
+from workers.runtime.lag import aiokafka_lag
 from workers.sink.batch import Batch, BatchLimits
 from workers.sink.rows import RowRejected
 
@@ -88,6 +89,7 @@ class ClickHouseSink:
         self._fresh: set[TopicPartition] = set()  # assigned, not yet checked against the table
         self._stored: dict[TopicPartition, set[int]] = {}  # offsets past the commit, in the table
         self._in_flight: asyncio.Task[None] | None = None  # the batch being inserted
+        self._lag = aiokafka_lag(consumer)
 
     def rebalance_listener(self) -> ConsumerRebalanceListener:
         """Pass to `subscribe`: every partition assigned is checked against the table before
@@ -107,6 +109,8 @@ class ClickHouseSink:
                 for tp, records in fetched.items():
                     for record in records:
                         await self._take(batch, tp, record)
+                    if records:
+                        self._lag.observe(tp.topic, tp.partition, records[-1].offset)
                 if batch.due(self.limits, time.monotonic()):
                     await self._flushed()
                     self._in_flight = asyncio.create_task(self._flush(batch))
