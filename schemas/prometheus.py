@@ -8,12 +8,21 @@ rest. One registry per process; updating a metric costs about a microsecond, so 
 paths (a turn's completion, an edge frame) update them directly.
 
 The endpoint binds `TURNSTREAM_METRICS_HOST` (127.0.0.1 by default: a scraper on the same
-host or pod); it has no authentication of its own, so expose it only inside the cluster.
+host or pod). With `TURNSTREAM_METRICS_TOKEN` set it answers only requests bearing that token
+(`Authorization: Bearer ...`, compared in constant time); a process refuses to bind another
+address without one (`schemas.exposure`).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import hmac
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, _get_best_family, _SilentHandler
 
 REGISTRY = CollectorRegistry()
 
@@ -144,7 +153,35 @@ EDGE_RESUMES = Counter(
 )
 
 
-def serve_metrics(port: int, host: str = "127.0.0.1") -> None:
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def bearer_guard(app: WsgiApp, token: str) -> WsgiApp:
+    """`app` behind a bearer token: 401 with a plain reason for anything else."""
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode()
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        headers = [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="metrics"')]
+        start_response("401 Unauthorized", headers)
+        return [b"metrics need the bearer token (TURNSTREAM_METRICS_TOKEN)\n"]
+
+    return guarded
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1", token: str = "") -> None:
     """Start the scrape endpoint (a daemon thread); port 0 leaves it off."""
-    if port:
-        start_http_server(port, addr=host, registry=REGISTRY)
+    if not port:
+        return
+    app = make_wsgi_app(REGISTRY)
+    if token:
+        app = bearer_guard(app, token)
+
+    class Server(ThreadingWSGIServer):
+        pass  # its own class: the address family (IPv4 or IPv6) is set per server
+
+    Server.address_family, host = _get_best_family(host, port)
+    server = make_server(host, port, app, Server, handler_class=_SilentHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

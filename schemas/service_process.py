@@ -8,6 +8,7 @@ import asyncio
 import logging
 import signal
 
+from schemas.exposure import require_safe_exposure
 from schemas.prometheus import serve_metrics
 from schemas.settings import Settings
 
@@ -18,8 +19,15 @@ def start_process() -> tuple[Settings, asyncio.Event]:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    serve_metrics(settings.metrics_port, settings.metrics_host)
+    serve_process_metrics(settings)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     return settings, stop
+
+
+def serve_process_metrics(settings: Settings) -> None:
+    """The metrics endpoint, if configured; a SettingsError when it would be reachable from
+    other hosts without a token."""
+    require_safe_exposure(settings)
+    serve_metrics(settings.metrics_port, settings.metrics_host, settings.metrics_token)

@@ -20,6 +20,7 @@ def _var(env: str, default: Any, doc: str) -> Any:
     return field(default=default, metadata={"env": env, "doc": doc})
 
 
+DEV_AUTH_SECRET = "turnstream-dev-secret-for-local-use-only"  # refused off loopback
 DEV_TENANT_REGISTRY = str(Path(__file__).resolve().parents[1] / "infra" / "tenants.dev.json")
 
 
@@ -58,8 +59,9 @@ class Settings:
     edge_id: str = _var("TURNSTREAM_EDGE_ID", "", "This edge node's id (empty: random).")
     auth_secret: str = _var(
         "TURNSTREAM_AUTH_SECRET",
-        "turnstream-dev-secret-for-local-use-only",
-        "HMAC secret of client tokens (HS256). The default is for local use only.",
+        DEV_AUTH_SECRET,
+        "HMAC secret of client tokens (HS256), at least 32 bytes. The default is for local "
+        "use only: an edge binding anything but loopback refuses to start with it.",
     )
     max_message_bytes: int = _var(
         "TURNSTREAM_MAX_MESSAGE_BYTES", 32 * 1024, "Largest client message answered normally."
@@ -353,7 +355,13 @@ class Settings:
     metrics_host: str = _var(
         "TURNSTREAM_METRICS_HOST",
         "127.0.0.1",
-        "Address the metrics endpoint binds (it has no authentication: keep it in-cluster).",
+        "Address the metrics endpoint binds. Anything but loopback needs TURNSTREAM_METRICS_TOKEN.",
+    )
+    metrics_token: str = _var(
+        "TURNSTREAM_METRICS_TOKEN",
+        "",
+        "Bearer token the metrics endpoint requires (a secret; empty: none, allowed only on "
+        "a loopback TURNSTREAM_METRICS_HOST).",
     )
     metrics_interval_ms: float = _var(
         "TURNSTREAM_METRICS_INTERVAL_MS",

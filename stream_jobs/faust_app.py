@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import faust
 
-from schemas.prometheus import serve_metrics
+from schemas.service_process import serve_process_metrics
 from schemas.settings import Settings
 from schemas.topics import TURNS_SUBMITTED
 from stream_jobs.metrics import install_metrics
@@ -46,5 +46,5 @@ def run_worker(app: faust.App, settings: Settings, ready_line: str) -> None:
             await super().on_startup_finished()
             print(ready_line, flush=True)
 
-    serve_metrics(settings.metrics_port, settings.metrics_host)
+    serve_process_metrics(settings)
     Worker(app, loglevel=settings.log_level, quiet=True).execute_from_commandline()

@@ -29,6 +29,7 @@ from schemas.channels import RedisNames, redis_client
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent, FeedbackGiven, TurnCancelled, TurnCompleted, TurnSubmitted
+from schemas.exposure import require_safe_exposure
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
@@ -146,6 +147,7 @@ class EdgeServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
+        require_safe_exposure(self.settings, edge=True)  # before anything listens
         await self.publisher.start()
         self._relay_task = asyncio.create_task(self.relay.run(), name="edge-relay")
         await asyncio.wait_for(self.relay.subscribed.wait(), timeout=10)

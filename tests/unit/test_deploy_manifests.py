@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import os
 import re
+import secrets as secrets_module
 import subprocess
 import tomllib
 from collections.abc import Callable
@@ -38,6 +39,7 @@ import yaml
 import schemas.topics as topics_module
 from infra.stack import ROLES
 from schemas.errors import SettingsError
+from schemas.exposure import exposure_problems
 from schemas.settings import DEV_TENANT_REGISTRY, Settings
 from schemas.topics import REGISTRY, all_topics
 
@@ -55,6 +57,7 @@ SECRET_NAME = "turnstream-secrets"
 SECRET_ENV = {
     "TURNSTREAM_AUTH_SECRET": "auth-secret",
     "TURNSTREAM_CLICKHOUSE_URL": "clickhouse-url",
+    "TURNSTREAM_METRICS_TOKEN": "metrics-token",
 }
 DEV_SECRET = Settings().auth_secret  # the local-only default: must never reach a deployment
 # Variables a container may carry that are not turnstream settings (the image's own).
@@ -671,6 +674,30 @@ def check_secrets(docs: list[Doc]) -> list[str]:
     return problems
 
 
+def check_exposure(docs: list[Doc]) -> list[str]:
+    """Each Deployment's process would start: what it binds off loopback authenticates
+    (`schemas.exposure`), its secrets standing in as random values of a proper length."""
+    problems = []
+    for doc in of_kind(docs, "Deployment"):
+        for c in containers(doc):
+            secrets = {
+                e["name"]: secrets_module.token_hex(32)
+                for e in c.get("env", [])
+                if "secretKeyRef" in e.get("valueFrom", {})
+            }
+            settings = dataclasses.replace(
+                container_settings(docs, c),
+                **{
+                    f.name: secrets[f.metadata["env"]]
+                    for f in dataclasses.fields(Settings)
+                    if f.metadata["env"] in secrets
+                },
+            )
+            edge = module_of(container_argv(c)) == "ws_edge"
+            problems += [f"{doc.name}: {p}" for p in exposure_problems(settings, edge=edge)]
+    return problems
+
+
 def check_no_secret_values_in_files(paths: list[Path]) -> list[str]:
     """No deployment file holds a credential: not the dev HMAC secret, no user:password@ in
     a URL unless the password is a ${...} interpolation, no assigned secret value."""
@@ -999,6 +1026,7 @@ def test_secrets_are_referenced_never_stored(docs):
     files = [*K8S.glob("*.yaml"), COMPOSE_FILE, ENV_EXAMPLE, DOCKERFILE]
     assert check_secrets(docs) == []
     assert check_no_secret_values_in_files(files) == []
+    assert check_exposure(docs) == []
 
 
 def test_the_compose_env_file_is_not_tracked():
@@ -1061,6 +1089,10 @@ def _env(obj: dict) -> list[dict]:
     return obj["spec"]["template"]["spec"]["containers"][0].setdefault("env", [])
 
 
+def _env_var(obj: dict, name: str) -> dict:
+    return next(e for e in _env(obj) if e["name"] == name)
+
+
 def test_checks_catch_schema_errors(docs):
     bad = _broken(docs, "Deployment", "edge", lambda o: o["spec"].update(replica=2))
     assert check_kubernetes_schemas(bad)
@@ -1088,7 +1120,10 @@ def test_checks_catch_undeclared_or_invalid_settings(docs):
     )
     assert check_settings_parse(bad)
     bad = _broken(
-        docs, "Deployment", "inference-reasoning", lambda o: _env(o)[0].update(value="vision")
+        docs,
+        "Deployment",
+        "inference-reasoning",
+        lambda o: _env_var(o, "TURNSTREAM_POOL").update(value="vision"),
     )
     assert any("vision" in p for p in check_settings_parse(bad))
 
@@ -1157,7 +1192,8 @@ def test_checks_catch_a_missing_partition_rule_comment(docs, tmp_path):
 
 def test_checks_catch_secret_values(docs, tmp_path):
     def literal(o):
-        _env(o)[0] = {"name": "TURNSTREAM_AUTH_SECRET", "value": "hunter2"}
+        _env_var(o, "TURNSTREAM_AUTH_SECRET").update(value="hunter2")
+        del _env_var(o, "TURNSTREAM_AUTH_SECRET")["valueFrom"]
 
     assert check_secrets(_broken(docs, "Deployment", "edge", literal))
     leaked = tmp_path / "leak.yaml"
@@ -1166,6 +1202,16 @@ def test_checks_catch_secret_values(docs, tmp_path):
     env_file = tmp_path / ".env"
     env_file.write_text("TURNSTREAM_AUTH_SECRET=abc\n")
     assert check_no_secret_values_in_files([env_file])
+
+    def without_metrics_token(o):
+        o["spec"]["template"]["spec"]["containers"][0]["env"] = [
+            e for e in _env(o) if e["name"] != "TURNSTREAM_METRICS_TOKEN"
+        ]
+
+    open_metrics = check_exposure(_broken(docs, "Deployment", "sink", without_metrics_token))
+    assert open_metrics and "TURNSTREAM_METRICS_TOKEN" in open_metrics[0]
+    no_secret = _broken(docs, "Deployment", "edge", lambda o: _env(o).clear())
+    assert any("dev secret" in p or "default" in p for p in check_exposure(no_secret))
 
 
 def test_checks_catch_short_grace_and_missing_budgets(docs, compose):
