@@ -52,6 +52,12 @@ class Settings:
         "Port on 127.0.0.1 where the sink serves the ClickHouse HTTP interface over the "
         "embedded engine, for analysts while it runs (0: off; unused with a server URL).",
     )
+    clickhouse_http_password: str = _var(
+        "TURNSTREAM_CLICKHOUSE_HTTP_PASSWORD",
+        "",
+        "Password of that interface (user `default`; a secret). Empty: one generated on first "
+        "use and kept, owner-readable only, in $TURNSTREAM_HOME/clickhouse-http.password.",
+    )
     log_level: str = _var("TURNSTREAM_LOG_LEVEL", "INFO", "Python log level of the services.")
     # --- edge -------------------------------------------------------------------------------
     edge_host: str = _var("TURNSTREAM_EDGE_HOST", "127.0.0.1", "Address the edge binds.")

@@ -16,6 +16,7 @@ from pathlib import Path
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
+from infra.clickhouse.http_auth import USER, local_password
 from schemas.settings import Settings
 
 DEFAULT_DATABASE = "turnstream"
@@ -65,6 +66,10 @@ def analyst_client(settings: Settings) -> Client:
         return clickhouse_connect.get_client(dsn=settings.clickhouse_url)
     if sink_http_answers(settings):
         return clickhouse_connect.get_client(
-            host=SINK_HTTP_HOST, port=settings.clickhouse_http_port, compress=False
+            host=SINK_HTTP_HOST,
+            port=settings.clickhouse_http_port,
+            username=USER,
+            password=local_password(settings),
+            compress=False,
         )
     return connect(settings)

@@ -53,6 +53,7 @@ RESULT_STATEMENTS = frozenset(
 # ClickHouse error codes → HTTP status, as the server's HTTP handler maps them (a subset;
 # anything else is 500). 429/503/504 are avoided: clickhouse-connect retries those.
 _STATUS_BY_CODE = {
+    516: 401,  # AUTHENTICATION_FAILED
     6: 400,  # CANNOT_PARSE_TEXT
     27: 400,  # CANNOT_PARSE_INPUT_ASSERTION_FAILED
     36: 400,  # BAD_ARGUMENTS

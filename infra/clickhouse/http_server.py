@@ -7,8 +7,9 @@ POST on `/` (the `query` URL parameter and/or the body; `database`, `default_for
 `query_id`, `param_<name>` bind parameters, settings as URL parameters, form-encoded
 queries); inserts (`INSERT ... FORMAT X` then the data, lz4/zstd/gzip/deflate request
 bodies); the X-ClickHouse-Format/-Timezone/-Query-Id/-Summary headers; errors as
-`Code: N. DB::Exception: ...` with X-ClickHouse-Exception-Code. Not implemented: users and
-passwords (anyone on this machine may connect, so set the port to 0 on a shared machine),
+`Code: N. DB::Exception: ...` with X-ClickHouse-Exception-Code. Authentication: one user
+and its password (`http_auth`: basic auth, X-ClickHouse-User/-Key or URL parameters, as a
+server takes them); `/ping` is open. Not implemented: other users and their grants,
 sessions, external data, progress headers, response compression (a server may ignore
 Accept-Encoding). Results are materialized before they are sent.
 
@@ -30,6 +31,13 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from infra.clickhouse.client import LOCATION_HEADER, embedded_location
+from infra.clickhouse.http_auth import (
+    AUTHENTICATION_FAILED,
+    USER,
+    allowed,
+    local_password,
+    presented,
+)
 from infra.clickhouse.http_engine import EmbeddedEngine, EngineError
 from infra.clickhouse.http_protocol import (
     STD_EXCEPTION,
@@ -50,6 +58,7 @@ MAX_BODY_BYTES = 512 * 1024 * 1024  # one request, compressed (larger: 413)
 
 ENGINE = web.AppKey("engine", EmbeddedEngine)
 EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
+PASSWORD = web.AppKey("password", str)
 
 
 def serves_http(settings: Settings) -> bool:
@@ -62,7 +71,8 @@ async def serve_http(settings: Settings) -> AsyncIterator[str]:
     """Serve on 127.0.0.1:`clickhouse_http_port` until the block ends; yields the URL."""
     engine = await asyncio.to_thread(EmbeddedEngine, embedded_location(settings))
     executor = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="clickhouse-http")
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_authenticated])
+    app[PASSWORD] = await asyncio.to_thread(local_password, settings)
     app[ENGINE] = engine
     app[EXECUTOR] = executor
     app.router.add_get("/ping", _ping)
@@ -78,6 +88,17 @@ async def serve_http(settings: Settings) -> AsyncIterator[str]:
         await runner.cleanup()
         await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
         engine.close()
+
+
+@web.middleware
+async def _authenticated(request: web.Request, handler) -> web.StreamResponse:
+    """Every path but /ping needs the password; a refusal is ClickHouse-shaped (516, 401)."""
+    if request.path == "/ping":
+        return await handler(request)
+    if allowed(presented(request.headers, request.query), request.app[PASSWORD]):
+        return await handler(request)
+    message = f"{USER}: Authentication failed: password is incorrect, or there is no such user"
+    return _error(AUTHENTICATION_FAILED, message, {})
 
 
 async def _ping(request: web.Request) -> web.Response:

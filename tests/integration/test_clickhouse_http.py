@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 import uuid
 from datetime import UTC, datetime
+from urllib.request import Request
 
 import clickhouse_connect
 import pytest
@@ -21,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from clickhouse_connect.driver.exceptions import DatabaseError
 
 from infra.clickhouse.client import analyst_client, sink_http_answers
+from infra.clickhouse.http_auth import PASSWORD_FILE, USER, local_password
 from infra.kafka.topics import ensure_topics
 from infra.stack import REPO, Child, free_port
 from schemas.codec import encode
@@ -54,8 +56,22 @@ class Sink:
         self.stamp_ms = stamp_ms
         self.port = settings.clickhouse_http_port
 
-    def client(self, compress: bool | str = False):
-        return clickhouse_connect.get_client(host="127.0.0.1", port=self.port, compress=compress)
+    def open(self, target: str | urllib.request.Request):
+        """urllib with the interface's credentials in ClickHouse's own headers."""
+        request = target if isinstance(target, urllib.request.Request) else Request(target)
+        request.add_header("X-ClickHouse-User", USER)
+        request.add_header("X-ClickHouse-Key", local_password(self.settings))
+        return urllib.request.urlopen(request, timeout=30)
+
+    def client(self, compress: bool | str = False, **options):
+        return clickhouse_connect.get_client(
+            host="127.0.0.1",
+            port=self.port,
+            username=USER,
+            password=local_password(self.settings),
+            compress=compress,
+            **options,
+        )
 
 
 def trace_event(tenant: str, i: int, stamp_ms: int) -> TraceRecorded:
@@ -190,9 +206,7 @@ def test_command_and_insert_round_trip_a_scratch_table(sink, compress):
 def test_server_side_bind_parameters(sink, form):
     """In the URL, or as multipart form fields (what clickhouse-connect does for large
     parameters or when asked)."""
-    client = clickhouse_connect.get_client(
-        host="127.0.0.1", port=sink.port, form_encode_query_params=form
-    )
+    client = sink.client(form_encode_query_params=form)
     ids = [f"{sink.tenant}-trace-0", f"{sink.tenant}-trace-2", "nobody"]
     rows = client.query(
         "SELECT turn_id, {label:String} FROM turnstream.traces FINAL "
@@ -212,7 +226,7 @@ def test_wrong_sql_raises_the_clickhouse_error_with_its_code(sink):
     assert missing.value.code == 60
     url = f"http://127.0.0.1:{sink.port}/?query=SELECT+nope_nope()"
     with pytest.raises(urllib.error.HTTPError) as raw:
-        urllib.request.urlopen(url, timeout=30)
+        sink.open(url)
     assert raw.value.code == 404 and raw.value.headers["X-ClickHouse-Exception-Code"] == "46"
     assert raw.value.read().startswith(b"Code: 46. DB::Exception:")
 
@@ -226,7 +240,7 @@ def test_plain_http_headers_formats_and_readonly_get(sink):
         f"http://127.0.0.1:{sink.port}/?default_format=JSONEachRow&query_id=mine",
         data=query.encode(),
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
+    with sink.open(request) as response:
         rows = [json.loads(line) for line in response.read().splitlines()]
         assert rows == [{"turn_id": f"{sink.tenant}-turn-{i}"} for i in range(TURNS)]
         assert response.headers["X-ClickHouse-Format"] == "JSONEachRow"
@@ -238,8 +252,37 @@ def test_plain_http_headers_formats_and_readonly_get(sink):
         assert ping.read() == b"Ok.\n"
     create = "CREATE+TABLE+turnstream.get_refused+(a+UInt8)+ENGINE=Memory"
     with pytest.raises(urllib.error.HTTPError) as refused:  # GET is read-only, as on a server
-        urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/?query={create}", timeout=30)
+        sink.open(f"http://127.0.0.1:{sink.port}/?query={create}")
     assert refused.value.headers["X-ClickHouse-Exception-Code"] == "164"
+
+
+def test_only_the_password_opens_the_interface(sink):
+    """Every way a server takes credentials works; none, a wrong password or another user
+    get ClickHouse's authentication error; /ping stays open. The generated password is
+    readable by its owner only."""
+    select = f"http://127.0.0.1:{sink.port}/?query=SELECT+1"
+    password = local_password(sink.settings)
+    for refused_request in (
+        Request(select),
+        Request(select, headers={"X-ClickHouse-User": USER, "X-ClickHouse-Key": "guess"}),
+        Request(select, headers={"X-ClickHouse-User": "root", "X-ClickHouse-Key": password}),
+        Request(f"{select}&user={USER}&password=guess"),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(refused_request, timeout=30)
+        assert refused.value.code == 401
+        assert refused.value.headers["X-ClickHouse-Exception-Code"] == "516"
+    with urllib.request.urlopen(f"{select}&user={USER}&password={password}", timeout=30) as ok:
+        assert ok.read() == b"1\n"
+    with pytest.raises(DatabaseError) as wrong:
+        clickhouse_connect.get_client(
+            host="127.0.0.1", port=sink.port, username=USER, password="guess"
+        )
+    assert "516" in str(wrong.value) or "Authentication" in str(wrong.value)
+    with urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/ping", timeout=30) as ping:
+        assert ping.status == 200
+    mode = (sink.settings.state_path / PASSWORD_FILE).stat().st_mode & 0o777
+    assert mode == 0o600
 
 
 async def test_a_query_is_answered_while_another_runs(sink):
