@@ -698,6 +698,31 @@ def check_exposure(docs: list[Doc]) -> list[str]:
     return problems
 
 
+def check_network_policy(docs: list[Doc]) -> list[str]:
+    """Ingress is denied by default; the ports let in are the edge's and the metrics' as
+    the settings say, the edge's for edge pods only."""
+    policies = {d.name: d.obj["spec"] for d in of_kind(docs, "NetworkPolicy")}
+    settings = Settings.from_env(configmap_data(docs))
+    problems = []
+    deny = policies.get("default-deny-ingress", {})
+    if deny.get("podSelector") != {} or deny.get("ingress"):
+        problems.append("no default-deny-ingress policy for every pod")
+    for name, port, selector in (
+        ("edge-clients", settings.edge_port, {"matchLabels": {"app.kubernetes.io/name": "edge"}}),
+        ("metrics-scrape", settings.metrics_port, {}),
+    ):
+        spec = policies.get(name)
+        if spec is None:
+            problems.append(f"no {name} policy")
+            continue
+        ports = {p["port"] for rule in spec.get("ingress", []) for p in rule.get("ports", [])}
+        if ports != {port}:
+            problems.append(f"{name} lets in {sorted(ports)}, the settings say {port}")
+        if spec.get("podSelector") != selector:
+            problems.append(f"{name} selects {spec.get('podSelector')}")
+    return problems
+
+
 def check_no_secret_values_in_files(paths: list[Path]) -> list[str]:
     """No deployment file holds a credential: not the dev HMAC secret, no user:password@ in
     a URL unless the password is a ${...} interpolation, no assigned secret value."""
@@ -984,6 +1009,7 @@ def test_the_manifests_hold_every_kind_the_deployment_needs(docs):
         "PodDisruptionBudget",
         "ScaledObject",
         "Job",
+        "NetworkPolicy",
     } <= kinds
     names = {d.name for d in of_kind(docs, "Deployment")}
     assert {"inference-chat", "inference-reasoning", "inference-chat-warm", "edge"} <= names
@@ -1027,6 +1053,7 @@ def test_secrets_are_referenced_never_stored(docs):
     assert check_secrets(docs) == []
     assert check_no_secret_values_in_files(files) == []
     assert check_exposure(docs) == []
+    assert check_network_policy(docs) == []
 
 
 def test_the_compose_env_file_is_not_tracked():
@@ -1210,6 +1237,13 @@ def test_checks_catch_secret_values(docs, tmp_path):
 
     open_metrics = check_exposure(_broken(docs, "Deployment", "sink", without_metrics_token))
     assert open_metrics and "TURNSTREAM_METRICS_TOKEN" in open_metrics[0]
+    wide = _broken(
+        docs,
+        "NetworkPolicy",
+        "edge-clients",
+        lambda o: o["spec"].update(podSelector={}),
+    )
+    assert check_network_policy(wide) == ["edge-clients selects {}"]
     no_secret = _broken(docs, "Deployment", "edge", lambda o: _env(o).clear())
     assert any("dev secret" in p or "default" in p for p in check_exposure(no_secret))
 
