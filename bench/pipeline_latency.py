@@ -317,7 +317,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--engine", choices=["fake", "vllm"], default="fake")
+    parser.add_argument("--engine", choices=["fake", "vllm", "transformers"], default="fake")
     parser.add_argument("--concurrency", default="1,16,128")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)

@@ -205,7 +205,7 @@ def prepare(settings: Settings, engine: str) -> None:
     """Steps 1-2: services up, bundled model converted (both idempotent)."""
     print("[1/6] local services", file=sys.stderr)
     run_script("services.sh", "start")
-    if engine == "vllm" and not settings.model_path:
+    if engine in ("vllm", "transformers") and not settings.model_path:
         print("[2/6] bundled model", file=sys.stderr)
         if not is_converted(default_model_dir(settings)):
             subprocess.run([sys.executable, "-m", "infra.models.smollm2"], check=True, cwd=REPO)
@@ -216,7 +216,9 @@ def prepare(settings: Settings, engine: str) -> None:
 def main() -> None:
     settings = Settings.from_env()
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--engine", default=settings.engine, choices=["vllm", "fake"])
+    parser.add_argument(
+        "--engine", default=settings.engine, choices=["vllm", "transformers", "fake"]
+    )
     parser.add_argument("--serve", action="store_true", help="no chat; serve until Ctrl-C")
     parser.add_argument("--keep-services", action="store_true")
     parser.add_argument(

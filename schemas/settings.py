@@ -234,7 +234,35 @@ class Settings:
     )
     # --- inference worker -------------------------------------------------------------------
     worker_id: str = _var("TURNSTREAM_WORKER_ID", "", "This worker's id (empty: random).")
-    engine: str = _var("TURNSTREAM_ENGINE", "vllm", "Engine backend: vllm | fake.")
+    engine: str = _var(
+        "TURNSTREAM_ENGINE",
+        "vllm",
+        "Engine backend: vllm | transformers (continuous batching in transformers itself, for "
+        "machines without vLLM; docs/deploy.md) | fake.",
+    )
+    hf_device: str = _var(
+        "TURNSTREAM_HF_DEVICE",
+        "auto",
+        "transformers engine: auto | cpu | cuda (auto: a GPU if any).",
+    )
+    hf_attention: str = _var(
+        "TURNSTREAM_HF_ATTENTION",
+        "sdpa",
+        "transformers engine: attention whose paged variant runs (sdpa anywhere; "
+        "flash_attention_2 where flash-attn is installed).",
+    )
+    hf_block_size: int = _var(
+        "TURNSTREAM_HF_BLOCK_SIZE",
+        32,
+        "transformers engine: tokens per KV-cache block (prefixes are shared by whole blocks); "
+        "the blocks are TURNSTREAM_KV_CACHE_BYTES worth, TURNSTREAM_DTYPE sized (auto: bf16 "
+        "on a GPU, fp32 on CPU).",
+    )
+    hf_max_batch_tokens: int = _var(
+        "TURNSTREAM_HF_MAX_BATCH_TOKENS",
+        512,
+        "transformers engine: tokens in one forward pass (decodes plus prefill chunks).",
+    )
     model_path: str = _var(
         "TURNSTREAM_MODEL_PATH",
         "",

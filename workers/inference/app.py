@@ -33,9 +33,12 @@ def build_engine(settings: Settings) -> Engine:
 
         return FakeEngine(token_interval_s=settings.fake_token_interval_ms / 1000)
     from infra.models.smollm2 import default_model_dir
-    from workers.inference.vllm_engine import VllmEngine, VllmOptions
 
     path = settings.model_path or str(default_model_dir(settings))
+    if settings.engine == "transformers":
+        return _transformers_engine(settings, path)
+    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+
     return VllmEngine(
         VllmOptions(
             model_path=path,
@@ -45,6 +48,26 @@ def build_engine(settings: Settings) -> Engine:
             max_model_len=settings.max_model_len,
             max_num_seqs=settings.max_inflight_turns,
             max_images_per_prompt=settings.max_images_per_turn,
+        )
+    )
+
+
+def _transformers_engine(settings: Settings, path: str) -> Engine:
+    """transformers' own continuous batching: no vLLM needed (hf_engine.py)."""
+    from workers.inference.hf_engine import TransformersEngine, TransformersOptions
+
+    return TransformersEngine(
+        TransformersOptions(
+            model_path=path,
+            model_name=settings.model_name,
+            device=settings.hf_device,
+            dtype=settings.dtype,
+            attention=settings.hf_attention,
+            kv_cache_bytes=settings.kv_cache_bytes,
+            block_size=settings.hf_block_size,
+            max_batch_tokens=settings.hf_max_batch_tokens,
+            max_model_len=settings.max_model_len,
+            max_num_seqs=settings.max_inflight_turns,
         )
     )
 

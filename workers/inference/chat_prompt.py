@@ -1,0 +1,42 @@
+"""Messages to prompt token ids with the model's own chat template, fitted to the context.
+
+What an engine that takes token ids does before it generates: render the chat template
+(add_generation_prompt=True) so prompt-token counts are exact and a prefix cache sees the
+same tokens for the same history, dropping the oldest history (`fit_messages`) until the
+prompt leaves room for the answer. Pure given the tokenizer; the transformers engine uses
+it (vllm_engine.py renders the same way, with image positions added).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from schemas.events import Message
+from workers.inference.prompt import fit_messages
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """Token ids of `messages` through the tokenizer's chat template, ready for the answer."""
+    chat = [{"role": str(m.role), "content": m.content} for m in messages]
+    encoded = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+    return list(encoded["input_ids"] if not isinstance(encoded, list) else encoded)
+
+
+def answer_budget(max_model_len: int, max_tokens: int) -> int:
+    """Prompt tokens allowed: the context less the answer's room (at most half of it)."""
+    return max_model_len - min(max_tokens, max_model_len // 2)
+
+
+def render_prompt(
+    tokenizer: Any, messages: Sequence[Message], *, max_model_len: int, max_tokens: int
+) -> list[int]:
+    """The prompt's token ids, the oldest history dropped until it fits `answer_budget`."""
+    rendered: dict[int, list[int]] = {}
+
+    def count(kept: Sequence[Message]) -> int:
+        rendered[len(kept)] = encode_chat(tokenizer, kept)
+        return len(rendered[len(kept)])
+
+    kept, _ = fit_messages(messages, count, answer_budget(max_model_len, max_tokens))
+    return rendered[len(kept)]
