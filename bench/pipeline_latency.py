@@ -13,6 +13,12 @@ with `--engine vllm` the real engine (bundled SmolLM2) runs both sides.
     python -m bench.pipeline_latency --engine fake --concurrency 1,16,128
     python -m bench.pipeline_latency --engine vllm --concurrency 1,16,128
 
+`--tracing` measures what OpenTelemetry tracing costs instead: the same pipeline with
+tracing off (TURNSTREAM_OTEL_EXPORTER=none, the baseline) and on (every role exports every
+span over OTLP/HTTP, batched, to a receiver in this process that counts and drops them):
+
+    python -m bench.pipeline_latency --tracing --concurrency 1,16 --rounds 3
+
 Prints p50/p99 and the ratio, writes JSON and a plot under bench/results/.
 """
 
@@ -35,9 +41,12 @@ import uvloop
 
 from bench.stats import Comparison, compare, percentile
 from infra.kafka.topics import ensure_topics
-from infra.stack import REPO, Child, free_port, start_roles, stop_roles
+from infra.stack import REPO, ROLES, Child, free_port, start_roles, stop_roles
 from schemas.events import DecodingParams, Message, Role
 from schemas.settings import Settings
+from schemas.tracing.propagation import from_kafka_headers
+from schemas.tracing.spans import consuming, producing
+from tests.support.tracing import OtlpReceiver, in_memory_tracing
 from workers.inference.app import build_engine
 from workers.inference.engine import Engine, GenerationRequest
 from ws_edge.auth import mint_token
@@ -153,7 +162,20 @@ async def run_pipeline(
     return samples
 
 
-def start_pipeline(settings: Settings, engine: str, logs: Path) -> list[Child]:
+def start_pipeline(
+    settings: Settings,
+    engine: str,
+    logs: Path,
+    *,
+    otlp_endpoint: str = "",
+    roles: tuple[str, ...] = (),
+) -> list[Child]:
+    """Every role (or those named in `roles`) as a child process; `otlp_endpoint`: with
+    tracing on, exporting there."""
+    tracing = {
+        "TURNSTREAM_OTEL_EXPORTER": "otlp-http" if otlp_endpoint else "none",
+        "TURNSTREAM_OTEL_ENDPOINT": otlp_endpoint,
+    }
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
@@ -163,15 +185,20 @@ def start_pipeline(settings: Settings, engine: str, logs: Path) -> list[Child]:
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS": str(settings.fake_token_interval_ms),
         "TURNSTREAM_MAX_INFLIGHT_TURNS": str(settings.max_inflight_turns),
         "TURNSTREAM_LOG_LEVEL": "WARNING",
+        **tracing,
     }
-    return start_roles(env, logs, log_prefix="bench-")
+    return start_roles(env, logs, log_prefix="bench-", only=roles)
 
 
-def report(engine: str, results: dict[int, dict[str, Samples]]) -> list[Comparison]:
+def report(
+    engine: str,
+    results: dict[int, dict[str, Samples]],
+    labels: tuple[str, str] = ("direct", "pipeline"),
+) -> list[Comparison]:
     rows: list[Comparison] = []
     print(f"\n{engine} engine: added latency at the WebSocket client (ms)")
     header = (
-        f"{'streams':>7} {'metric':>5} {'q':>4} {'direct':>9} {'pipeline':>9} "
+        f"{'streams':>7} {'metric':>5} {'q':>4} {labels[0]:>9} {labels[1]:>9} "
         f"{'added':>8} {'ratio':>6}"
     )
     print(header)
@@ -197,7 +224,12 @@ def report(engine: str, results: dict[int, dict[str, Samples]]) -> list[Comparis
     return rows
 
 
-def plot(engine: str, results: dict[int, dict[str, Samples]], out: Path) -> None:
+def plot(
+    engine: str,
+    results: dict[int, dict[str, Samples]],
+    out: Path,
+    labels: tuple[str, str] = ("direct", "pipeline"),
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -206,20 +238,87 @@ def plot(engine: str, results: dict[int, dict[str, Samples]], out: Path) -> None
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, metric in zip(axes, ("ttft", "itl"), strict=True):
         for n, pair in results.items():
-            for side, style in (("direct", "--"), ("pipeline", "-")):
+            for side, label, style in (
+                ("direct", labels[0], "--"),
+                ("pipeline", labels[1], "-"),
+            ):
                 values = sorted(getattr(pair[side], f"{metric}_ms"))
                 if not values:
                     continue
                 ys = [i / len(values) for i in range(1, len(values) + 1)]
-                ax.plot(values, ys, style, label=f"{side}, {n} streams")
+                ax.plot(values, ys, style, label=f"{label}, {n} streams")
         ax.set_xscale("log")
         ax.set_xlabel(f"{metric.upper()} (ms, log)")
         ax.set_ylabel("fraction of samples")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"turnstream pipeline vs in-process engine ({engine})")
+    title = (
+        "turnstream pipeline vs in-process engine"
+        if labels[0] == "direct"
+        else (f"turnstream pipeline: {labels[1]} vs {labels[0]}")
+    )
+    fig.suptitle(f"{title} ({engine})")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
+
+
+def hop_cost_us(records: int = 5000) -> dict[str, float]:
+    """CPU per hop for tracing, in this process: continue a record's context, handle it in
+    a `process` span, produce one record under a `send` span (the consumer loop's and the
+    producer's work per record): tracing off (no context: the default), off passing a
+    caller's context through, and on (in-memory exporter)."""
+    traced = [("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]
+
+    def hops(incoming: list[tuple[str, bytes]]) -> float:
+        started = time.perf_counter()
+        for i in range(records):
+            with (
+                consuming("t.in", parent=from_kafka_headers(incoming), turn_id="t", offset=i),
+                producing("t.out", turn_id="t"),
+            ):
+                pass
+        return (time.perf_counter() - started) / records * 1e6
+
+    off, passed = hops([]), hops(traced)
+    with in_memory_tracing() as exporter:
+        on = hops(traced)
+        exporter.clear()
+    return {"off_us": off, "passthrough_us": passed, "on_us": on}
+
+
+async def measure_pipeline(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    levels: list[int],
+    text: str,
+    decoding: DecodingParams,
+    stagger: float,
+    logs: Path,
+    otlp_endpoint: str = "",
+) -> dict[int, Samples]:
+    """Start every role, run each concurrency level through the edge, stop the roles."""
+    measured: dict[int, Samples] = {}
+    # Tracing runs start the roles twice: without the sink (off the latency path), which
+    # would have to take the embedded ClickHouse from whoever else holds it meanwhile.
+    roles = tuple(r.log for r in ROLES if r.log != "sink") if args.tracing else ()
+    children = start_pipeline(settings, args.engine, logs, otlp_endpoint=otlp_endpoint, roles=roles)
+    try:
+        url = f"ws://127.0.0.1:{settings.edge_port}/"
+        token = mint_token(settings.auth_secret, "bench", "bench")
+        # warm-up: consumer group join, connections, caches
+        await run_pipeline(url, token, 2, 1, text=text, decoding=decoding, stagger_s=0)
+        for n in levels:
+            measured[n] = await run_pipeline(
+                url, token, n, args.rounds, text=text, decoding=decoding, stagger_s=stagger
+            )
+            print(
+                f"  {n:>4} streams: {measured[n].turns} turns in {measured[n].wall_s:.1f} s",
+                file=sys.stderr,
+            )
+    finally:
+        await asyncio.to_thread(stop_roles, children)
+    return measured
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -242,47 +341,67 @@ async def main_async(args: argparse.Namespace) -> None:
     stagger = 0.0 if args.arrivals == "burst" else args.stagger_s
     random.seed(0)
 
-    print(f"[direct] {args.engine} engine in-process", file=sys.stderr)
-    engine = build_engine(settings)
-    await run_direct(engine, 2, 1, text=text, decoding=decoding, stagger_s=0)  # warm-up
-    for n in levels:
-        results[n]["direct"] = await run_direct(
-            engine, n, args.rounds, text=text, decoding=decoding, stagger_s=stagger
-        )
-        print(
-            f"  {n:>4} streams: {results[n]['direct'].turns} turns "
-            f"in {results[n]['direct'].wall_s:.1f} s",
-            file=sys.stderr,
-        )
-    await engine.close()
-    del engine
+    logs = base.state_path / "logs"
 
-    print("[pipeline] edge → Kafka → worker → Redis → edge", file=sys.stderr)
-    children = start_pipeline(settings, args.engine, base.state_path / "logs")
-    try:
-        url = f"ws://127.0.0.1:{settings.edge_port}/"
-        token = mint_token(settings.auth_secret, "bench", "bench")
-        # warm-up: consumer group join, connections, caches
-        await run_pipeline(url, token, 2, 1, text=text, decoding=decoding, stagger_s=0)
+    async def pipeline_side(side: str, otlp_endpoint: str = "") -> None:
+        print(f"[{side}] edge → Kafka → worker → Redis → edge", file=sys.stderr)
+        measured = await measure_pipeline(
+            settings,
+            args,
+            levels=levels,
+            text=text,
+            decoding=decoding,
+            stagger=stagger,
+            logs=logs,
+            otlp_endpoint=otlp_endpoint,
+        )
         for n in levels:
-            results[n]["pipeline"] = await run_pipeline(
-                url, token, n, args.rounds, text=text, decoding=decoding, stagger_s=stagger
+            results[n][side] = measured[n]
+
+    spans_per_turn, hop = None, None
+    if args.tracing:  # the same pipeline, tracing off (baseline) then on
+        labels = ("off", "traced")
+        await pipeline_side("direct")
+        async with OtlpReceiver.running() as receiver:
+            await pipeline_side("pipeline", otlp_endpoint=receiver.endpoint)
+            turns = sum(results[n]["pipeline"].turns for n in levels) + 2  # + warm-up
+            spans_per_turn = len(receiver.spans) / turns  # the roles flushed as they stopped
+        print(f"  {len(receiver.spans)} spans received, {spans_per_turn:.1f} per turn")
+        hop = hop_cost_us()
+        print(
+            f"  tracing CPU per hop (consume + produce one record): off {hop['off_us']:.1f} µs, "
+            f"off passing a context on {hop['passthrough_us']:.1f} µs, "
+            f"traced {hop['on_us']:.1f} µs"
+        )
+    else:
+        labels = ("direct", "pipeline")
+        print(f"[direct] {args.engine} engine in-process", file=sys.stderr)
+        engine = build_engine(settings)
+        await run_direct(engine, 2, 1, text=text, decoding=decoding, stagger_s=0)  # warm-up
+        for n in levels:
+            results[n]["direct"] = await run_direct(
+                engine, n, args.rounds, text=text, decoding=decoding, stagger_s=stagger
             )
             print(
-                f"  {n:>4} streams: {results[n]['pipeline'].turns} turns "
-                f"in {results[n]['pipeline'].wall_s:.1f} s",
+                f"  {n:>4} streams: {results[n]['direct'].turns} turns "
+                f"in {results[n]['direct'].wall_s:.1f} s",
                 file=sys.stderr,
             )
-    finally:
-        stop_roles(children)
+        await engine.close()
+        del engine
+        await pipeline_side("pipeline")
 
-    rows = report(f"{args.engine}, {args.arrivals} arrivals", results)
+    rows = report(f"{args.engine}, {args.arrivals} arrivals", results, labels)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"pipeline-latency-{args.engine}-{args.arrivals}"
+    tracing = "-tracing" if args.tracing else ""
+    stem = RESULTS / f"pipeline-latency-{args.engine}-{args.arrivals}{tracing}"
     stem.with_suffix(".json").write_text(
         json.dumps(
             {
                 "engine": args.engine,
+                "labels": {"direct_ms": labels[0], "pipeline_ms": labels[1]},
+                "spans_per_turn": spans_per_turn,
+                "hop_cpu_us": hop,
                 "arrivals": args.arrivals,
                 "rounds": args.rounds,
                 "max_tokens": args.max_tokens,
@@ -309,7 +428,7 @@ async def main_async(args: argparse.Namespace) -> None:
             indent=2,
         )
     )
-    plot(f"{args.engine}, {args.arrivals} arrivals", results, stem.with_suffix(".png"))
+    plot(f"{args.engine}, {args.arrivals} arrivals", results, stem.with_suffix(".png"), labels)
     print(f"\nwrote {stem}.json and {stem}.png")
 
 
@@ -324,6 +443,11 @@ def main() -> None:
     parser.add_argument("--token-interval-ms", type=float, default=20.0)
     parser.add_argument("--arrivals", choices=["staggered", "burst"], default="staggered")
     parser.add_argument("--stagger-s", type=float, default=1.0)
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="compare the pipeline with tracing off and on (OTLP) instead of the direct engine",
+    )
     uvloop.run(main_async(parser.parse_args()))
 
 

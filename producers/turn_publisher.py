@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaError
 
 from schemas.codec import encode
 from schemas.events import FeedbackGiven, TurnSubmitted, TurnTruncated
+from schemas.tracing.spans import producing
 
 log = logging.getLogger("turnstream.publisher")
 
@@ -76,15 +77,18 @@ class TurnPublisher:
         producer = self._producer
         if producer is None:
             raise PublishFailed("not connected to Kafka")
-        try:
-            await asyncio.wait_for(
-                producer.send_and_wait(
-                    topic or self._topic, encode(turn), key=turn.conversation_id.encode()
-                ),
-                timeout=self._timeout_s,
-            )
-        except (KafkaError, TimeoutError) as err:
-            raise PublishFailed(f"Kafka did not acknowledge the turn: {err!r}") from err
+        topic = topic or self._topic
+        # the current trace (the edge's turn span) goes along in the headers
+        with producing(topic, turn_id=turn.turn_id) as headers:
+            try:
+                await asyncio.wait_for(
+                    producer.send_and_wait(
+                        topic, encode(turn), key=turn.conversation_id.encode(), headers=headers
+                    ),
+                    timeout=self._timeout_s,
+                )
+            except (KafkaError, TimeoutError) as err:
+                raise PublishFailed(f"Kafka did not acknowledge the turn: {err!r}") from err
 
     async def stop(self) -> None:
         if self._connector is not None:

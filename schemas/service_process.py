@@ -1,5 +1,6 @@
 """How every service process starts: settings read once, logging configured, the metrics
-endpoint up (when TURNSTREAM_METRICS_PORT is set), and an event set by SIGINT/SIGTERM so the
+endpoint up (when TURNSTREAM_METRICS_PORT is set), tracing configured (when
+TURNSTREAM_OTEL_EXPORTER names an exporter), and an event set by SIGINT/SIGTERM so the
 service can stop gracefully (drain, flush, close)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import signal
 from schemas.exposure import require_safe_exposure
 from schemas.prometheus import serve_metrics
 from schemas.settings import Settings
+from schemas.tracing.provider import configure as configure_tracing
 
 
 def start_process() -> tuple[Settings, asyncio.Event]:
@@ -20,6 +22,7 @@ def start_process() -> tuple[Settings, asyncio.Event]:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     serve_process_metrics(settings)
+    configure_tracing(settings)  # the role from `python -m <package>`
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)

@@ -7,6 +7,7 @@ import faust
 from schemas.service_process import serve_process_metrics
 from schemas.settings import Settings
 from schemas.topics import TURNS_SUBMITTED
+from schemas.tracing.provider import configure as configure_tracing
 from stream_jobs.metrics import install_metrics
 
 
@@ -39,7 +40,10 @@ def make_app(settings: Settings, name: str) -> faust.App:
 
 
 def run_worker(app: faust.App, settings: Settings, ready_line: str) -> None:
-    """Run until stopped; print `ready_line` once tables are recovered and agents consume."""
+    """Run until stopped; print `ready_line` once tables are recovered and agents consume.
+    Tracing is set up here (the role from `python -m stream_jobs.<job>`): only a job's own
+    process exports its spans."""
+    configure_tracing(settings)
 
     class Worker(faust.Worker):
         async def on_startup_finished(self) -> None:

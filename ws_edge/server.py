@@ -28,11 +28,21 @@ from schemas.canary import apply_arm
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
-from schemas.events import AnyEvent, FeedbackGiven, TurnCancelled, TurnCompleted, TurnSubmitted
+from schemas.events import (
+    AnyEvent,
+    FeedbackGiven,
+    TokenChunk,
+    TurnCancelled,
+    TurnCompleted,
+    TurnStarted,
+    TurnSubmitted,
+)
 from schemas.exposure import require_safe_exposure
 from schemas.ids import make_instance_id, now_ms
 from schemas.settings import Settings
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
+from schemas.tracing import spans
+from schemas.tracing.propagation import from_http_headers, traceparent
 from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
 from ws_edge.admission import AdmissionControl
 from ws_edge.canary import CanaryWatch
@@ -96,7 +106,9 @@ class EdgeServer:
             timeout_s=settings.publish_timeout_s,
         )
         self.relay = RelaySubscriber(
-            self.redis, self.names.edge_channel(self.edge_id), self.names.done_key
+            self.redis,
+            self.names.edge_channel(self.edge_id),
+            self.names.done_key,
         )
         self.claims = ConversationClaims(self.redis, self.names, settings.history_ttl_s)
         self.limits = SessionLimits(
@@ -222,6 +234,12 @@ class _Connection:
         self._detector: SpeechDetector | None = None  # the voice loop's VAD, made on first use
         self._speech_deadlines: dict[str, asyncio.TimerHandle] = {}
         self._submitted: set[str] = set()  # turns this connection created (it pays for them)
+        # tracing: the caller's trace (a `traceparent` on the upgrade request), and the root
+        # span of each turn this connection submitted, open until its answer is done here
+        request = websocket.request
+        self._caller_trace = from_http_headers(request.headers if request else None)
+        self._turn_spans: dict[str, spans.Span] = {}
+        self._first_token_seen: set[str] = set()
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -238,6 +256,8 @@ class _Connection:
                 self.edge.relay.unroute(turn_id, self._on_relay)
             for handle in self._speech_deadlines.values():
                 handle.cancel()
+            for turn_id in list(self._turn_spans):
+                self._end_turn_span(turn_id, delivery="disconnected")
             self.outbox.closed = True
             writer.cancel()
             for task in list(self._tasks):
@@ -264,6 +284,7 @@ class _Connection:
                         self.outbox.closed = True  # later frames are dropped, close once
                         self._spawn(self.websocket.close(CLOSE_TRY_AGAIN_LATER, "slow consumer"))
                 case SubmitTurn():
+                    self._start_turn_span(action.turn)
                     self.edge.relay.route(action.turn.turn_id, self._on_relay)
                     self._submitted.add(action.turn.turn_id)
                     self._spawn(self._submit(action))
@@ -282,8 +303,49 @@ class _Connection:
                 case DetectSpeech(stream_id, frames):
                     self._detect(stream_id, frames)
 
+    # ---- tracing: one span per turn, from turn.create to response.done ---------------------
+    def _start_turn_span(self, turn: TurnSubmitted) -> None:
+        if turn.turn_id in self._turn_spans:  # a retry of a turn still open here
+            return
+        span = spans.start_turn(
+            turn.turn_id,
+            conversation_id=turn.conversation_id,
+            tenant_id=turn.tenant_id,
+            parent=self._caller_trace,
+        )
+        if spans.traced(span):  # tracing off and no caller trace: nothing to keep
+            self._turn_spans[turn.turn_id] = span
+
+    def _trace_delivery(self, event: AnyEvent) -> None:
+        """Events on the turn's span as its answer reaches this connection (not a span per
+        frame: the first token and the end are what latency questions need)."""
+        span = self._turn_spans.get(event.turn_id)
+        if span is None:
+            return
+        if isinstance(event, TurnStarted):
+            spans.mark("turn.started", span)
+        elif isinstance(event, TokenChunk) and event.turn_id not in self._first_token_seen:
+            self._first_token_seen.add(event.turn_id)
+            spans.mark("first_token", span)
+        elif isinstance(event, TurnCompleted):
+            self._end_turn_span(
+                event.turn_id,
+                delivery="done",
+                finish_reason=str(event.finish_reason),
+                error_code=event.error.code if event.error is not None else "",
+                completion_tokens=event.usage.completion_tokens,
+            )
+
+    def _end_turn_span(self, turn_id: str, **outcome) -> None:
+        span = self._turn_spans.pop(turn_id, None)
+        self._first_token_seen.discard(turn_id)
+        if span is not None:
+            spans.end_turn(span, **outcome)
+
     def _on_relay(self, event: AnyEvent, position: LogPosition | None = None) -> None:
         turn_id = event.turn_id
+        if self._turn_spans:
+            self._trace_delivery(event)
         if isinstance(event, TurnCompleted) and turn_id in self._submitted:
             self._submitted.discard(turn_id)  # charged once, by the connection that asked
             self._spawn(self.edge.admission.charge(event))
@@ -334,10 +396,21 @@ class _Connection:
             self._apply([error_event(_submit_error(exc), event.turn_id)])
 
     async def _submit(self, action: SubmitTurn) -> None:
+        span = self._turn_spans.get(action.turn.turn_id)
+        if span is None:
+            await self._submit_turn(action)
+            return
+        with spans.current(span):  # admission, claims, uploads and the publish, in the turn
+            await self._submit_turn(action)
+
+    async def _submit_turn(self, action: SubmitTurn) -> None:
         turn = action.turn
         try:
             turn = await self.edge.admission.admit(turn)
             turn = apply_arm(turn, await self.edge.canary.current())
+            context = traceparent()  # the turn's root span (when traced)
+            if context:
+                turn = msgspec.structs.replace(turn, traceparent=context)
             if not await self.edge.claims.claim(turn.tenant_id, turn.conversation_id, action.owner):
                 raise ForbiddenConversation(
                     f"conversation {turn.conversation_id!r} belongs to another user"
@@ -349,8 +422,11 @@ class _Connection:
             await self.edge.publisher.publish(turn)
         except Exception as exc:
             self.edge.relay.unroute(turn.turn_id, self._on_relay)
-            self._apply(self.session.submit_failed(turn.turn_id, _submit_error(exc)))
+            error = _submit_error(exc)
+            self._end_turn_span(turn.turn_id, delivery="refused", error_code=error.code)
+            self._apply(self.session.submit_failed(turn.turn_id, error))
             return
+        spans.mark("turn.accepted")
         self._apply(self.session.submit_succeeded(turn.turn_id))
 
     async def _remember_owner(self, turn: TurnSubmitted, owner: str) -> None:

@@ -21,7 +21,7 @@ import faust
 
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
-from schemas.events import TraceRecorded
+from schemas.events import AnyEvent, TraceRecorded
 from schemas.ids import now_ms
 from schemas.settings import Settings
 from schemas.topics import (
@@ -32,6 +32,8 @@ from schemas.topics import (
     TURNS_ENRICHED,
     TURNS_SUBMITTED,
 )
+from schemas.tracing.propagation import from_traceparent, has_context, incoming_context
+from schemas.tracing.spans import consuming, producing
 from stream_jobs.faust_app import make_app
 from stream_jobs.traces.state import (
     awaiting_assembly,
@@ -57,6 +59,7 @@ class TracesJob:
         ns = settings.namespace
         sources = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_ASSEMBLED, TURNS_COMPLETED)
         self.ticks_topic = TRACE_TICKS.full_name(ns)
+        self.app_id = app.conf.id
         self.source = app.topic(*(t.full_name(ns) for t in sources), self.ticks_topic)
         self.traces = app.topic(TRACES.full_name(ns))
         self.ticks = app.topic(self.ticks_topic)
@@ -86,16 +89,27 @@ class TracesJob:
             if event.message.topic == self.ticks_topic:
                 await self._close_expired(partition)
                 continue
-            await self._join(event.value, partition)
+            await self._join(event, partition)
 
-    async def _join(self, payload: bytes, partition: int) -> None:
+    async def _join(self, record: faust.types.EventT, partition: int) -> None:
         try:
-            event = decode(payload)
+            event = decode(record.value)
         except DecodeError as err:
             log.warning("skipping an undecodable event: %s", err)  # dead-lettered upstream
             return
         if event.turn_id in self.recent or not joins(event):
             return
+        with consuming(
+            record.message.topic,
+            parent=incoming_context(record.headers, event),
+            turn_id=event.turn_id,
+            partition=partition,
+            offset=record.message.offset,
+            group=self.app_id,
+        ):
+            await self._fold(event, partition)
+
+    async def _fold(self, event: AnyEvent, partition: int) -> None:
         key = event.turn_id.encode()
         pending = decode_pending(self.table.get(key))
         trace = on_event(pending, event)
@@ -121,7 +135,11 @@ class TracesJob:
 
     async def _emit(self, trace: TraceRecorded, key: bytes, partition: int) -> None:
         conversation = trace.submitted.conversation_id.encode()
-        await self.traces.send(key=conversation, value=encode(trace))
+        # in the span of the event that completed it; a trace closed by the clock goes in
+        # the turn's own trace
+        parent = None if has_context() else from_traceparent(trace.submitted.traceparent)
+        with producing(self.traces.get_topic_name(), parent=parent, turn_id=trace.turn_id) as h:
+            await self.traces.send(key=conversation, value=encode(trace), headers=h)
         self.table.pop(key, None)
         self.opened[partition].pop(key, None)
         self.awaiting[partition].pop(key, None)

@@ -25,6 +25,8 @@ from redis.exceptions import RedisError
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent
+from schemas.tracing.propagation import incoming_context
+from schemas.tracing.spans import consuming
 from workers.runtime.deadletters import dead_letter
 from workers.runtime.lag import aiokafka_lag
 from workers.runtime.offsets import OffsetTracker
@@ -131,14 +133,15 @@ class ConsumerLoop:
                 log.warning("dead-lettering %s@%d: %s", tp, record.offset, err)
                 await self._retrying_dead_letter(record, err.code, str(err))
             else:
-                try:
-                    await self._handle_with_retries(event)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as err:
-                    log.exception("handler failed on %s@%d", tp, record.offset)
-                    await self._retrying_dead_letter(record, "handler_failed", repr(err))
-                    await self._report_failure(event, repr(err))
+                with self._span(record, event):
+                    try:
+                        await self._handle_with_retries(event)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as err:
+                        log.exception("handler failed on %s@%d", tp, record.offset)
+                        await self._retrying_dead_letter(record, "handler_failed", repr(err))
+                        await self._report_failure(event, repr(err))
             handled = True
         except asyncio.CancelledError:
             pass  # stopping: left uncommitted, so it is redelivered
@@ -148,6 +151,18 @@ class ConsumerLoop:
             if handled:
                 self.tracker.finished(tp, record.offset)
             self._slots.release()
+
+    def _span(self, record: ConsumerRecord, event: AnyEvent):
+        """`process <topic>`, the child of the record's trace context (its headers, else the
+        turn's own): everything the handler produces continues the turn's trace."""
+        return consuming(
+            record.topic,
+            parent=incoming_context(record.headers, event),
+            turn_id=event.turn_id,
+            partition=record.partition,
+            offset=record.offset,
+            group=getattr(self.consumer, "_group_id", None) or "",
+        )
 
     async def _report_failure(self, event: AnyEvent, reason: str) -> None:
         """Tell the client; if even that fails, the message is still done (dead-lettered),
