@@ -6,11 +6,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from schemas.engine_profile import EngineProfile
 from schemas.ids import now_ms
 from schemas.settings import Settings
 from schemas.speech_segments import SegmenterConfig
 from schemas.topics import SAFETY_WINDOWS, TTS_SEGMENTS, WORKERS_METRICS, pool_topic
-from workers.inference.engine import Engine
+from workers.inference.engine import Engine, options_tag
 from workers.inference.image_budget import ImageBudget
 from workers.inference.image_cache import ImageCache
 from workers.inference.metrics import MetricsPublisher
@@ -39,17 +40,17 @@ def build_engine(settings: Settings) -> Engine:
         return _transformers_engine(settings, path)
     from workers.inference.vllm_engine import VllmEngine, VllmOptions
 
-    return VllmEngine(
+    engine = VllmEngine(
         VllmOptions(
             model_path=path,
             model_name=settings.model_name,
-            dtype=settings.dtype,
             kv_cache_bytes=settings.kv_cache_bytes,
-            max_model_len=settings.max_model_len,
-            max_num_seqs=settings.max_inflight_turns,
             max_images_per_prompt=settings.max_images_per_turn,
+            profile=EngineProfile.from_settings(settings),  # dtype and limits too
         )
     )
+    log.info("vLLM engine options in force: %s", engine.profile.tag())
+    return engine
 
 
 def _transformers_engine(settings: Settings, path: str) -> Engine:
@@ -124,6 +125,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
                 max_chars=settings.tts_segment_max_chars,
                 first_hard_max_chars=settings.tts_first_segment_max_chars,
             ),
+            engine_options=options_tag(engine),
         ),
         clock_ms=now_ms,
     )

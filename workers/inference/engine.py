@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from schemas.engine_profile import EngineProfile
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message
 from workers.inference.engine_stats import EngineSnapshot
 
@@ -67,3 +68,11 @@ class Engine(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def options_tag(engine: object) -> str:
+    """The engine's options as traces record them. An engine built from an `EngineProfile`
+    exposes the profile in force as `profile` (the vLLM engine; any backend may); engines
+    without one (the fake) are recorded with ""."""
+    profile = getattr(engine, "profile", None)
+    return profile.tag() if isinstance(profile, EngineProfile) else ""

@@ -18,6 +18,9 @@ COUNTERS = (
     "preemptions",
     "prompt_tokens",
     "generation_tokens",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
 )
 
 
@@ -26,7 +29,8 @@ class EngineSnapshot:
     """Gauges: `running` requests (the decode batch), `waiting` requests, `kv_cache_usage`
     (0..1). Counters (since the engine started, or over an interval after `since`): prompt
     tokens looked up in the prefix cache and found there, preemptions, prompt tokens
-    prefilled (computed, not served from the cache), generated tokens."""
+    prefilled (computed, not served from the cache), generated tokens; with speculative
+    decoding, the drafts proposed, their tokens and the drafted tokens the model accepted."""
 
     running: int = 0
     waiting: int = 0
@@ -36,6 +40,9 @@ class EngineSnapshot:
     preemptions: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
 
     def since(self, earlier: EngineSnapshot) -> EngineSnapshot:
         """This snapshot's gauges with the counters' growth since `earlier`. A counter that
@@ -52,11 +59,18 @@ class EngineSnapshot:
             return None
         return self.prefix_cache_hits / self.prefix_cache_queries
 
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        """Share of drafted tokens the model accepted (None: nothing was drafted)."""
+        if self.spec_draft_tokens <= 0:
+            return None
+        return self.spec_accepted_tokens / self.spec_draft_tokens
+
 
 class EngineMeter:
     """Folds an engine's per-step stats into an `EngineSnapshot`: scheduler stats set the
     gauges and add prefix-cache lookups (vLLM reports them per step), iteration stats add
-    token and preemption counts."""
+    token and preemption counts, speculative decoding's stats its draft counts."""
 
     def __init__(self) -> None:
         self._gauges = (0, 0, 0.0)
@@ -80,6 +94,11 @@ class EngineMeter:
         self._add("prompt_tokens", prompt_tokens)
         self._add("generation_tokens", generation_tokens)
         self._add("preemptions", preemptions)
+
+    def speculation(self, *, drafts: int, draft_tokens: int, accepted_tokens: int) -> None:
+        self._add("spec_drafts", drafts)
+        self._add("spec_draft_tokens", draft_tokens)
+        self._add("spec_accepted_tokens", accepted_tokens)
 
     def _add(self, counter: str, amount: int) -> None:
         self._counts[counter] += max(0, amount)

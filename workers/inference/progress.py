@@ -58,6 +58,7 @@ class TurnProgress:
         model: str,
         worker_id: str,
         error: ErrorInfo | None = None,
+        engine_options: str = "",
     ) -> TurnCompleted:
         submitted = self.turn.submitted_at_ms
         started = self.started_at_ms if self.started_at_ms is not None else now_ms
@@ -81,4 +82,5 @@ class TurnProgress:
             completed_at_ms=now_ms,
             error=error,
             assembled=True,
+            engine_options=engine_options,
         )

@@ -13,18 +13,28 @@ vLLM's own processor and encoder caches recognise a repeated image.
 
 Load (`snapshot`): a stat logger passed to AsyncLLM receives vLLM's scheduler and
 iteration stats after every engine step (custom loggers keep stats on even when vLLM's own
-logging is off) and folds them into an `EngineMeter`.
+logging is off) and folds them into an `EngineMeter`, speculative decoding's acceptance
+counts included.
+
+Engine options (`schemas.engine_profile.EngineProfile`: speculative decoding, quantization,
+tensor parallelism, batch and length limits) are checked against the platform and the model
+before vLLM starts (a clear `SettingsError` instead of a stack trace from inside vLLM), mapped
+to engine arguments by `engine_kwargs`, and read back from vLLM's resolved config
+(`profile_in_force`): `profile` is what actually serves, and what each turn's trace records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from schemas.engine_profile import EngineProfile, Target
 from schemas.events import FinishReason
 from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
 from workers.inference.engine_stats import EngineMeter, EngineSnapshot
@@ -49,6 +59,89 @@ class VllmOptions:
     enforce_eager: bool = True  # compiled mode recompiles 45-60 s at every start on CPU
     seed: int = 0
     max_images_per_prompt: int = 4
+    # engine options; when set, its dtype, max_model_len and max_num_seqs win over the above
+    profile: EngineProfile | None = None
+
+    def resolved(self) -> tuple[VllmOptions, EngineProfile]:
+        """These options with the profile's limits, and the profile (built from the limits
+        when none was given)."""
+        if self.profile is None:
+            profile = EngineProfile(
+                max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, dtype=self.dtype
+            )
+            return dataclasses.replace(self, profile=profile), profile
+        options = dataclasses.replace(
+            self,
+            dtype=self.profile.dtype,
+            max_model_len=self.profile.max_model_len,
+            max_num_seqs=self.profile.max_num_seqs,
+        )
+        return options, self.profile
+
+
+def engine_kwargs(profile: EngineProfile) -> dict[str, Any]:
+    """`AsyncEngineArgs` keyword arguments for the profile's options (vLLM 0.32 names)."""
+    kwargs: dict[str, Any] = {
+        "dtype": profile.dtype,
+        "max_model_len": profile.max_model_len,
+        "max_num_seqs": profile.max_num_seqs,
+        "tensor_parallel_size": profile.tensor_parallel_size,
+        "quantization": None if profile.quantization == "none" else profile.quantization,
+    }
+    if profile.max_num_batched_tokens:
+        kwargs["max_num_batched_tokens"] = profile.max_num_batched_tokens
+    if profile.speculative == "ngram":
+        kwargs["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": profile.speculative_tokens,
+            "prompt_lookup_min": profile.prompt_lookup_min,
+            "prompt_lookup_max": profile.prompt_lookup_max,
+        }
+    elif profile.speculative == "draft":
+        kwargs["speculative_config"] = {
+            "method": "draft_model",
+            "model": profile.draft_model_path,
+            "num_speculative_tokens": profile.speculative_tokens,
+        }
+    return kwargs
+
+
+def profile_in_force(requested: EngineProfile, vllm_config: Any) -> EngineProfile:
+    """The options vLLM resolved (its defaults filled in, a checkpoint's own quantization
+    detected): what the trace records, rather than what was asked for."""
+    spec = vllm_config.speculative_config
+    changes: dict[str, Any] = {
+        "quantization": vllm_config.model_config.quantization or "none",
+        "tensor_parallel_size": vllm_config.parallel_config.tensor_parallel_size,
+        "max_num_seqs": vllm_config.scheduler_config.max_num_seqs,
+        "max_num_batched_tokens": vllm_config.scheduler_config.max_num_batched_tokens,
+        "max_model_len": vllm_config.model_config.max_model_len,
+        "dtype": str(vllm_config.model_config.dtype).removeprefix("torch."),
+    }
+    if spec is None or spec.method is None:
+        changes["speculative"] = "off"
+    else:
+        changes["speculative_tokens"] = spec.num_speculative_tokens
+        if spec.method == "ngram":
+            changes["speculative"] = "ngram"
+            changes["prompt_lookup_min"] = spec.prompt_lookup_min
+            changes["prompt_lookup_max"] = spec.prompt_lookup_max
+        else:
+            changes["speculative"] = "draft"
+    return dataclasses.replace(requested, **changes)
+
+
+def platform_target() -> tuple[Target, int]:
+    """('cpu' | 'gpu', devices visible) as vLLM sees this machine."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return "cpu", 1
+    return "gpu", max(1, current_platform.device_count())
+
+
+def _model_config(path: str) -> dict:
+    return json.loads(Path(path, "config.json").read_text())
 
 
 # Our tensors are final: vLLM's processor must not resize or normalise them a second time.
@@ -99,6 +192,13 @@ def _meter_logger(meter: EngineMeter) -> type:
                     prefix_queries=prefix.queries if prefix is not None else 0,
                     prefix_hits=prefix.hits if prefix is not None else 0,
                 )
+                spec = scheduler_stats.spec_decoding_stats
+                if spec is not None:
+                    meter.speculation(
+                        drafts=spec.num_drafts,
+                        draft_tokens=spec.num_draft_tokens,
+                        accepted_tokens=spec.num_accepted_tokens,
+                    )
             if iteration_stats is not None:
                 meter.iteration(
                     prompt_tokens=iteration_stats.prompt_token_stats.computed,
@@ -121,6 +221,18 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        options, requested = options.resolved()
+        target, devices = platform_target()
+        draft = None
+        if requested.speculative == "draft":
+            if not Path(requested.draft_model_path, "config.json").is_file():
+                raise EngineError(
+                    f"no draft model folder at {requested.draft_model_path}",
+                    code="model_missing",
+                )
+            draft = _model_config(requested.draft_model_path)
+        requested.check_target(target, devices)
+        requested.check_model(_model_config(options.model_path), draft)
         self.model_name = options.model_name
         self._options = options
         self._tokenizer = AutoTokenizer.from_pretrained(options.model_path)
@@ -135,20 +247,19 @@ class VllmEngine:
         args = AsyncEngineArgs(
             model=options.model_path,
             served_model_name=options.model_name,
-            dtype=options.dtype,
             enforce_eager=options.enforce_eager,
             enable_prefix_caching=True,
             scheduling_policy="priority",  # higher tiers first when requests queue
             kv_cache_memory_bytes=options.kv_cache_bytes,
-            max_model_len=options.max_model_len,
-            max_num_seqs=options.max_num_seqs,
             seed=options.seed,
+            **engine_kwargs(requested),
             **multimodal,
         )
         self._meter = EngineMeter()
         self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(
             args, stat_loggers=[_meter_logger(self._meter)]
         )
+        self.profile = profile_in_force(requested, self._llm.vllm_config)
         cache = self._llm.vllm_config.cache_config  # the core reports its blocks at start
         self.cache_tokens = (cache.num_gpu_blocks or 0) * (cache.block_size or 0) or None
 
