@@ -113,6 +113,14 @@ TTS_SEGMENTS = TopicSpec(
     retention_ms=DAY_MS,
     doc="Pieces of streaming answers to speak (workers/tts); audio goes back over Redis.",
 )
+IMAGES_REQUESTED = TopicSpec(
+    name="images.requested",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=DAY_MS,
+    doc="Assembled turns that ask for a picture (the router's image_generation intent), for "
+    "the image-generation workers (workers/imagegen); progress and the image go over Redis.",
+)
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
     partitions=1,
@@ -150,6 +158,7 @@ REGISTRY: tuple[TopicSpec, ...] = (
     SAFETY_WINDOWS,
     SAFETY_ALERTS,
     TTS_SEGMENTS,
+    IMAGES_REQUESTED,
     DEAD_LETTERS,
     *(pool_topic(pool) for pool in DEFAULT_POOLS),
 )

@@ -8,7 +8,8 @@ A client that saw (epoch, offset) resumes with the entries after it; dense offse
 trimmed history detectable (the next entry is not offset + 1) instead of a silent gap.
 
 Speech audio is not logged: replaying stale audio after a reconnect is worse than skipping
-it (and it would cost ~50 KB per second of speech in Redis); the text covers it.
+it (and it would cost ~50 KB per second of speech in Redis); the text covers it. Image
+progress is not logged either; a generated image is (a resume delivers it again).
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ import msgspec
 
 from schemas.codec import decode
 from schemas.errors import DecodeError, MalformedEvent
-from schemas.events import AnyEvent, Event, InputTranscribed, TokenChunk, TurnCompleted, TurnStarted
+from schemas.events import (
+    AnyEvent,
+    Event,
+    ImageGenerated,
+    InputTranscribed,
+    TokenChunk,
+    TurnCompleted,
+    TurnStarted,
+)
 
 # How the relay script treats a frame: not logged, logged in the current epoch, the turn's
 # end (logged; the log then expires sooner), or logged in its attempt's epoch ("a:<id>").
@@ -42,9 +51,13 @@ START = LogPosition(0, -1)  # before everything: a join from the start
 def log_kind(event: Event) -> str:
     """The relay script's instruction for one frame."""
     match event:
-        case TurnStarted(attempt=attempt) | TokenChunk(attempt=attempt) if attempt:
+        case (
+            TurnStarted(attempt=attempt)
+            | TokenChunk(attempt=attempt)
+            | ImageGenerated(attempt=attempt)
+        ) if attempt:
             return f"a:{attempt}"
-        case TurnStarted() | TokenChunk() | InputTranscribed():
+        case TurnStarted() | TokenChunk() | ImageGenerated() | InputTranscribed():
             return CURRENT_EPOCH
         case TurnCompleted():
             return FINAL

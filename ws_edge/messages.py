@@ -5,8 +5,15 @@ Client → edge: `session.authenticate`, `session.update`, `turn.create`, `turn.
 Edge → client: `session.ready`, `session.updated`, `turn.accepted`, `input.speech_started`,
 `input.speech_stopped`, `input.transcript`, `response.started`, `response.delta`,
 `response.restarted`, `response.retracted`, `response.audio`, `response.audio.done`,
-`response.truncated`, `response.done`, `response.resumed`, `feedback.recorded`, `error`,
-`pong`. Unknown fields are rejected so typos surface at once.
+`response.truncated`, `response.image.progress`, `response.image`, `response.done`,
+`response.resumed`, `feedback.recorded`, `error`, `pong`. Unknown fields are rejected so
+typos surface at once.
+
+Pictures: a turn that asks for one ("draw a cat"; `image` sets size, steps, seed) is
+answered by the image workers: `response.started`, `response.image.progress` per denoising
+step (with a small JPEG `preview` every few steps; the first one carries a `notice` when the
+request was clamped), `response.image` (the PNG, base64), then `response.done` whose text is
+the caption.
 
 Resume: `response.started`, `response.delta`, `response.done` and `input.transcript` carry
 their position in the turn's log, (`epoch`, `offset`): `epoch` counts the answer's attempts
@@ -113,6 +120,18 @@ class SessionUpdate(ClientMessage, tag="session.update"):
     turn_detection: TurnDetection | msgspec.UnsetType | None = msgspec.UNSET
 
 
+class ImageOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How to generate the picture a turn asks for; left out: the deployment's defaults.
+    Values past the deployment's limits are clamped (not refused), and the first
+    `response.image.progress` says so in its `notice`. `seed`: the same seed, prompt, size
+    and steps draw the same picture (default: fixed by the turn)."""
+
+    width: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
+    height: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
+    steps: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+
+
 class CreateTurn(ClientMessage, tag="turn.create"):
     """Ask for an answer. `client_turn_id` makes a retry idempotent (same turn, answered once).
     A turn needs `text`, `parts`, or both (`text` then comes first)."""
@@ -125,6 +144,8 @@ class CreateTurn(ClientMessage, tag="turn.create"):
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
     # speak this answer (`null`: text only); left out: the session's `speech` setting
     speech: SpeechOptions | msgspec.UnsetType | None = msgspec.UNSET
+    # a generated picture's size, steps and seed, when the turn asks for one ("draw …")
+    image: ImageOptions | None = None
 
 
 class CancelTurn(ClientMessage, tag="turn.cancel"):
@@ -312,6 +333,37 @@ class ResponseDelta(ServerEvent, tag="response.delta"):
     offset: int | None = None
 
 
+class ResponseImageProgress(ServerEvent, tag="response.image.progress"):
+    """A picture is being generated: `step` of `steps` denoising steps done (0: it starts),
+    at `width` x `height`. `notice`: what was clamped of the request (first event only).
+    `preview`: base64 JPEG of the picture so far, a few dozen pixels wide (some steps)."""
+
+    turn_id: str
+    step: int
+    steps: int
+    width: int
+    height: int
+    notice: str = ""
+    preview: str | None = None
+    preview_format: str | None = None  # "jpeg" when there is a preview
+
+
+class ResponseImage(ServerEvent, tag="response.image"):
+    """A generated picture: `data` is base64 of the `format` (png) file, `sha256` its
+    content hash (the blob store keeps it for a while), `seed` draws it again."""
+
+    turn_id: str
+    index: int
+    format: str
+    width: int
+    height: int
+    sha256: str
+    seed: int
+    data: str
+    epoch: int | None = None
+    offset: int | None = None
+
+
 class ResponseDone(ServerEvent, tag="response.done"):
     turn_id: str
     finish_reason: FinishReason
@@ -372,6 +424,8 @@ AnyServerEvent = (
     | ResponseRestarted
     | ResponseDelta
     | ResponseRetracted
+    | ResponseImageProgress
+    | ResponseImage
     | ResponseDone
     | ResponseResumed
     | FeedbackRecorded

@@ -33,6 +33,8 @@ from schemas.events import (
     DecodingParams,
     ErrorInfo,
     FeedbackKind,
+    ImageGenerated,
+    ImageProgress,
     InputTranscribed,
     SpeechAudio,
     SpeechSettings,
@@ -43,6 +45,7 @@ from schemas.events import (
     TurnSubmitted,
     TurnTruncated,
 )
+from schemas.events import ImageOptions as ImageRequest
 from schemas.turn_log import START, LogPosition, ResumePlan
 from ws_edge.audio_timeline import AudioTimeline
 from ws_edge.auth import Principal, verify_token
@@ -79,6 +82,8 @@ from ws_edge.messages import (
     ResponseAudioDone,
     ResponseDelta,
     ResponseDone,
+    ResponseImage,
+    ResponseImageProgress,
     ResponseRestarted,
     ResponseResumed,
     ResponseRetracted,
@@ -416,6 +421,27 @@ class Session:
                 return [*actions, Send(delta)]
             case SpeechAudio():
                 return self._audio_frame(route, event)
+            case ImageProgress():
+                return self._image_progress(route, event)
+            case ImageGenerated() if route.interrupted:
+                return []
+            case ImageGenerated():
+                actions = []
+                if event.attempt != route.attempt:  # its turn.started was lost
+                    actions = self._new_attempt(route, event.turn_id, event.attempt, epoch)
+                image = ResponseImage(
+                    turn_id=event.turn_id,
+                    index=event.index,
+                    format=event.format,
+                    width=event.width,
+                    height=event.height,
+                    sha256=event.sha256,
+                    seed=event.seed,
+                    data=base64.b64encode(event.data).decode(),
+                    epoch=epoch,
+                    offset=offset,
+                )
+                return [*actions, Send(image)]
             case TurnCompleted():
                 route.text_done = True
                 if not route.speech or route.audio_done or route.interrupted:
@@ -443,6 +469,25 @@ class Session:
                     ),
                 ]
         return []
+
+    @staticmethod
+    def _image_progress(route: _Route, event: ImageProgress) -> list[Action]:
+        """A step of a picture's generation (not logged: a resumed client gets the picture,
+        not the steps it missed)."""
+        if route.interrupted or (route.attempt is not None and event.attempt != route.attempt):
+            return []  # stopped, or a step of an attempt that failed over
+        preview = base64.b64encode(event.preview).decode() if event.preview else None
+        progress = ResponseImageProgress(
+            turn_id=event.turn_id,
+            step=event.step,
+            steps=event.steps,
+            width=event.width,
+            height=event.height,
+            notice=event.notice,
+            preview=preview,
+            preview_format="jpeg" if preview else None,
+        )
+        return [Send(progress)]
 
     def _audio_frame(self, route: _Route, event: SpeechAudio) -> list[Action]:
         if route.interrupted or route.audio_done:
@@ -946,8 +991,17 @@ class Session:
             media=content.media,
             speech=speech,
             truncates=self._truncations.pop(msg.conversation_id, []),
+            image=_image_request(msg),
         )
         route = _Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
         route.carried = turn.truncates
         self._routes[turn_id] = route
         return self._queue_submit(SubmitTurn(turn, principal.owner, tuple(content.uploads)))
+
+
+def _image_request(msg: CreateTurn) -> ImageRequest | None:
+    """The turn's picture options as the image worker reads them (it clamps them)."""
+    if msg.image is None:
+        return None
+    options = msg.image
+    return ImageRequest(options.width, options.height, options.steps, options.seed)

@@ -7,6 +7,12 @@ pool and the reason says so. A pool with no live worker on the board (none start
 crashed, or none yet at startup) hands its turns to the default pool rather than leaving
 them unanswered. Without an intent router every turn goes to the default pool with
 retrieval on (the behaviour before routing existed).
+
+Pictures: the `image_generation` intent names the `imagegen` pool, which is no inference
+pool: its turns go to `images.requested` for the image workers (workers/imagegen). They have
+no fallback pool (a text model cannot draw): while no image worker is live on its board the
+turn is answered `image_generation_unavailable` instead (`image_workers_live`). Without a
+board (TURNSTREAM_WORKER_STATE_INTERVAL_MS=0) liveness is unknown and the topic keeps them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from schemas.worker_state import WorkerState, fresh
 from stream_jobs.assembly.endpoint_picker import EndpointPicker
 from stream_jobs.assembly.semantic_router import RouteDecision as Intent
 from stream_jobs.assembly.worker_board import WorkerBoard
+
+IMAGE_POOL = "imagegen"  # the image workers' board and route (not an inference pool)
 
 
 class IntentRouter(Protocol):
@@ -78,6 +86,8 @@ class Routing:
                 previous=previous,
                 classify=classify,
             )
+        if decided.pool == IMAGE_POOL:
+            return decided  # not an inference pool: admission's degrading does not apply
         if forced_pool and forced_pool in self.pools:
             reason = f"{decided.reason}; degraded to {forced_pool!r} by admission"
             return Intent(forced_pool, decided.intent, decided.retrieval, reason, decided.score)
@@ -93,8 +103,22 @@ class Routing:
             return len(self.pools)
         return sum([self._live(await self.board.states(pool)) for pool in self.pools])
 
+    async def image_workers_live(self) -> bool:
+        """Whether a picture request can be served: some image worker is live on its board
+        (without a board, as far as anyone can tell)."""
+        return self.board is None or self._live(await self.board.states(IMAGE_POOL))
+
     async def place(self, intent: Intent, messages: Sequence[Message], key: bytes) -> Route:
-        """Pick the worker of the intent's pool for a prompt."""
+        """Pick the worker of the intent's pool for a prompt (an image request: any image
+        worker, by Kafka's key hashing on `images.requested`)."""
+        if intent.pool == IMAGE_POOL:
+            return Route(
+                pool=IMAGE_POOL,
+                intent=intent.intent,
+                reason=intent.reason,
+                retrieval=False,
+                strategy="key_hash",
+            )
         states = await self.board.states(intent.pool) if self.board is not None else []
         if self.board is not None and intent.pool != self.default_pool and not self._live(states):
             # the default pool is the one that is always served (even while its workers

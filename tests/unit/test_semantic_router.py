@@ -119,7 +119,8 @@ def test_short_follow_up_keeps_the_previous_pool():
 
 def test_default_config_loads():
     default = RouterConfig.default()
-    assert {"chat", "reasoning"} == set(default.intent_pools.values())
+    # imagegen: the image workers (workers/imagegen), not an inference pool
+    assert {"chat", "reasoning", "imagegen"} == set(default.intent_pools.values())
     assert default.rules and default.examples
     assert set(default.examples) <= set(default.intent_pools)
 
