@@ -147,6 +147,16 @@ class Truncation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     withdrawn: bool = False
 
 
+class ImageOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What the client asked of a generated image (`turn.create.image`); None: the
+    deployment's defaults. The image worker clamps values past its limits and says so."""
+
+    width: int | None = None
+    height: int | None = None
+    steps: int | None = None
+    seed: int | None = None
+
+
 class TurnSubmitted(Event, tag="turn.submitted"):
     """The edge accepted a user turn (Kafka `turns.submitted`, keyed by conversation)."""
 
@@ -177,6 +187,12 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     # prompt when the arm changes it ("" = the deployment's)
     arm: str = ""
     persona: str = ""
+    image: ImageOptions | None = None  # options of a generated image (workers/imagegen)
+    # the W3C traceparent of the turn's root span at the edge ("" when not traced): the
+    # Kafka headers carry each hop's own context; this copy rides inside every later event
+    # (as their `submitted`), for hops that lost the headers and for the trace's ClickHouse
+    # row (schemas/tracing)
+    traceparent: str = ""
 
 
 class SafetyStage(enum.StrEnum):
@@ -349,6 +365,25 @@ class OutputSafety(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     verdict_p50_ms: float = 0.0
 
 
+class ImageGeneration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How an image was generated (workers/imagegen), for the trace and the history: the
+    diffusion prompt, the size and steps after clamping (`notice` says what was clamped),
+    the seed (deterministic per turn unless the client chose one), steps run (fewer when
+    cancelled), the result's blob (`sha256`, empty when none) and the generation time."""
+
+    prompt: str
+    width: int
+    height: int
+    steps: int
+    seed: int
+    steps_done: int = 0
+    guidance: float = 0.0
+    notice: str = ""
+    sha256: str = ""
+    format: str = "png"
+    generate_ms: float = 0.0
+
+
 class TurnCompleted(Event, tag="turn.completed"):
     """Terminal event of a turn: relayed to the edge and recorded in Kafka `turns.completed`."""
 
@@ -370,6 +405,10 @@ class TurnCompleted(Event, tag="turn.completed"):
     # True when an inference worker ended the turn, so a `turn.assembled` (prompt context,
     # preprocessing time) exists and the trace waits for it, in whatever order they come
     assembled: bool = False
+    image: ImageGeneration | None = None  # an image-generation turn (workers/imagegen)
+    # the engine options that answered (`EngineProfile.tag`, e.g. "spec=ngram:k4:n2-4,
+    # quant=none,tp=1,..."); "" from engines without a profile and from older events
+    engine_options: str = ""
 
 
 class TurnTruncated(Event, tag="turn.truncated"):
@@ -416,6 +455,35 @@ class SpeechAudio(Event, tag="speech.audio"):
     synth_ms: float = 0.0
     sent_at_ms: float = 0.0
     error: ErrorInfo | None = None
+
+
+class ImageProgress(Event, tag="image.progress"):
+    """Relay frame: an image generation ran `step` of `steps` (0: it starts; the size and
+    steps it runs with, and a `notice` when the request was clamped). `preview`: a small
+    JPEG of the picture so far, estimated from the latents (empty when none)."""
+
+    attempt: str
+    step: int
+    steps: int
+    width: int
+    height: int
+    notice: str = ""
+    preview: bytes = b""
+    sent_at_ms: float = 0.0
+
+
+class ImageGenerated(Event, tag="image.generated"):
+    """Relay frame: a generated image (PNG bytes; also in the blob store under `sha256`).
+    Logged, so a client that resumes the turn gets it again."""
+
+    attempt: str
+    sha256: str
+    width: int
+    height: int
+    seed: int
+    data: bytes
+    index: int = 0
+    format: str = "png"
 
 
 class WorkerMetrics(Event, tag="worker.metrics", kw_only=True):
@@ -521,4 +589,6 @@ AnyEvent = (
     | TurnTruncated
     | SpeechText
     | SpeechAudio
+    | ImageProgress
+    | ImageGenerated
 )

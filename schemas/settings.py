@@ -284,6 +284,52 @@ class Settings:
         64,
         "Turns one worker generates at once; beyond it the worker stops fetching (backpressure).",
     )
+    # engine options (schemas/engine_profile.py checks them at the engine's start; each
+    # turn's trace records them; docs/engine-options.md says when to use which)
+    speculative: str = _var(
+        "TURNSTREAM_SPECULATIVE",
+        "off",
+        "Speculative decoding: off, ngram (prompt lookup: drafts copied from n-grams already "
+        "in the context; pays on answers that repeat their prompt, e.g. code edits) or draft "
+        "(a small draft model, TURNSTREAM_DRAFT_MODEL_PATH). Greedy output is unchanged.",
+    )
+    speculative_tokens: int = _var(
+        "TURNSTREAM_SPECULATIVE_TOKENS", 4, "Tokens drafted per step when speculating (1-16)."
+    )
+    prompt_lookup_min: int = _var(
+        "TURNSTREAM_PROMPT_LOOKUP_MIN", 2, "ngram: shortest n-gram looked up in the context."
+    )
+    prompt_lookup_max: int = _var(
+        "TURNSTREAM_PROMPT_LOOKUP_MAX", 4, "ngram: longest n-gram looked up in the context."
+    )
+    draft_model_path: str = _var(
+        "TURNSTREAM_DRAFT_MODEL_PATH",
+        "",
+        "draft: folder of the draft model (same tokenizer as the served model, ~10x smaller).",
+    )
+    quantization: str = _var(
+        "TURNSTREAM_QUANTIZATION",
+        "none",
+        "Weight quantization: none; on load: int8_per_channel_weight_only, fp8 (GPU only); "
+        "checkpoints: awq, gptq, compressed-tensors (GPU also awq_marlin, gptq_marlin, "
+        "modelopt). Quantized weights need TURNSTREAM_DTYPE bfloat16 or float16.",
+    )
+    tensor_parallel_size: int = _var(
+        "TURNSTREAM_TENSOR_PARALLEL_SIZE",
+        1,
+        "GPUs one engine splits the model across (must divide its attention heads; 1 on CPU).",
+    )
+    max_num_seqs: int = _var(
+        "TURNSTREAM_MAX_NUM_SEQS",
+        0,
+        "Sequences the engine batches per step (0: TURNSTREAM_MAX_INFLIGHT_TURNS).",
+    )
+    max_num_batched_tokens: int = _var(
+        "TURNSTREAM_MAX_NUM_BATCHED_TOKENS",
+        0,
+        "Tokens the engine computes per step, prefill chunks included (0: the engine's "
+        "default); lower favours decode latency, higher prefill throughput.",
+    )
     max_queued_per_conversation: int = _var(
         "TURNSTREAM_MAX_QUEUED_PER_CONVERSATION",
         8,
@@ -380,6 +426,64 @@ class Settings:
         "drop_oldest",
         "When the audit queue is full: drop_oldest (audit the newest) or skip_new.",
     )
+    # --- image generation (workers/imagegen) ---------------------------------------------------
+    imagegen_model_path: str = _var(
+        "TURNSTREAM_IMAGEGEN_MODEL_PATH",
+        "",
+        "Folder of a diffusers pipeline (model_index.json and its parts, e.g. SD-Turbo) the "
+        "image worker loads from disk only; empty: the image worker does not start, and "
+        "turns asking for a picture are answered image_generation_unavailable.",
+    )
+    imagegen_model_name: str = _var(
+        "TURNSTREAM_IMAGEGEN_MODEL_NAME", "", "Image model's name (empty: its folder's name)."
+    )
+    imagegen_device: str = _var(
+        "TURNSTREAM_IMAGEGEN_DEVICE", "auto", "Where the pipeline runs: auto (cuda if any), cpu."
+    )
+    imagegen_dtype: str = _var(
+        "TURNSTREAM_IMAGEGEN_DTYPE",
+        "auto",
+        "Pipeline weights dtype: auto (float16 on cuda, float32 on cpu), float16, bfloat16, "
+        "float32.",
+    )
+    imagegen_threads: int = _var(
+        "TURNSTREAM_IMAGEGEN_THREADS",
+        1,
+        "CPU threads of the pipeline when it runs on the CPU (torch, process-wide; 0: torch's "
+        "default). Measured on a busy 2-core machine: 1 thread ~80 ms per tiny image, 2 "
+        "threads 0.6-4 s (OpenMP threads spinning against other processes).",
+    )
+    imagegen_width: int = _var("TURNSTREAM_IMAGEGEN_WIDTH", 512, "Default image width (px).")
+    imagegen_height: int = _var("TURNSTREAM_IMAGEGEN_HEIGHT", 512, "Default image height (px).")
+    imagegen_steps: int = _var(
+        "TURNSTREAM_IMAGEGEN_STEPS", 4, "Default denoising steps (1-4 suit turbo models)."
+    )
+    imagegen_guidance: float = _var(
+        "TURNSTREAM_IMAGEGEN_GUIDANCE",
+        0.0,
+        "Classifier-free guidance scale (0 for SD-Turbo/SDXL-Turbo; ~7 for classic SD).",
+    )
+    imagegen_max_side: int = _var(
+        "TURNSTREAM_IMAGEGEN_MAX_SIDE",
+        1024,
+        "Largest width or height generated; larger requests are clamped, with a notice.",
+    )
+    imagegen_min_side: int = _var(
+        "TURNSTREAM_IMAGEGEN_MIN_SIDE", 64, "Smallest width or height; smaller is raised."
+    )
+    imagegen_max_steps: int = _var(
+        "TURNSTREAM_IMAGEGEN_MAX_STEPS",
+        50,
+        "Most denoising steps one image may take; more are clamped, with a notice.",
+    )
+    imagegen_preview_every: int = _var(
+        "TURNSTREAM_IMAGEGEN_PREVIEW_EVERY",
+        1,
+        "A low-resolution preview rides on every n-th progress event (0: none).",
+    )
+    imagegen_preview_side: int = _var(
+        "TURNSTREAM_IMAGEGEN_PREVIEW_SIDE", 64, "Longest side of a preview (px)."
+    )
     metrics_port: int = _var(
         "TURNSTREAM_METRICS_PORT",
         0,
@@ -402,6 +506,31 @@ class Settings:
         500.0,
         "How often an inference worker publishes its state to Kafka workers.metrics "
         "(batch size, KV-cache usage, queue depth; 0: never).",
+    )
+    # --- tracing (OpenTelemetry; schemas/tracing) -------------------------------------------
+    otel_exporter: str = _var(
+        "TURNSTREAM_OTEL_EXPORTER",
+        "none",
+        "Where this process sends its spans: none (no-op tracer; trace context still passes "
+        "through), otlp-http, otlp-grpc (an OTel collector, Jaeger, Tempo) or console.",
+    )
+    otel_endpoint: str = _var(
+        "TURNSTREAM_OTEL_ENDPOINT",
+        "",
+        "OTLP endpoint (otlp-http: http://host:4318, the /v1/traces path is added; otlp-grpc: "
+        "http://host:4317). Empty: the exporter's default on localhost.",
+    )
+    otel_service_name: str = _var(
+        "TURNSTREAM_OTEL_SERVICE_NAME",
+        "",
+        "service.name of this process's spans (empty: turnstream-<role>, e.g. "
+        "turnstream-inference).",
+    )
+    otel_sample_ratio: float = _var(
+        "TURNSTREAM_OTEL_SAMPLE_RATIO",
+        1.0,
+        "Share of turns traced, decided once at the edge (parent-based: every hop follows "
+        "the edge's decision).",
     )
     # --- speech (workers/tts, the edge's voice loop) -------------------------------------------
     tts_voices: str = _var(

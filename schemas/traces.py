@@ -22,6 +22,7 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.stats import percentile
+from schemas.tracing.propagation import trace_id_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class TraceRow:
     status: str  # completed | timed_out
     model: str
     worker_id: str
+    engine_options: str  # the engine's options tag ('' for engines without): migration 0013
     pool: str
     intent: str
     route_reason: str
@@ -88,6 +90,16 @@ class TraceRow:
     cost_usd: float
     run_id: str  # the replay run ('' for live traffic)
     arm: str  # the canary arm ('' when no experiment ran)
+    trace_id: str  # the turn's OpenTelemetry trace ('' when not traced; schemas/tracing)
+    # a generated image (workers/imagegen; '' / 0 for text answers): migration 0014
+    image_prompt: str
+    image_width: int
+    image_height: int
+    image_steps: int
+    image_steps_done: int
+    image_seed: int
+    image_generate_ms: float
+    image_notice: str
     submitted_at: datetime
     completed_at: datetime
 
@@ -114,6 +126,7 @@ def build_trace(
     `timed_out` at `closed_at_ms` (required then)."""
     media = submitted.media
     checked = completed.output_safety if completed is not None else None
+    image = completed.image if completed is not None else None
     if completed is None:
         if closed_at_ms is None:
             raise ValueError("a turn without turn.completed needs closed_at_ms")
@@ -140,6 +153,7 @@ def build_trace(
         status=status,
         model=model,
         worker_id=worker,
+        engine_options=completed.engine_options if completed is not None else "",
         pool=route.pool if route else submitted.pool,
         intent=route.intent if route else "",
         route_reason=route.reason if route else "",
@@ -182,6 +196,15 @@ def build_trace(
         cost_usd=(prices or Prices()).cost(model, usage[0], usage[1]),
         run_id=submitted.run_id,
         arm=submitted.arm,
+        trace_id=trace_id_of(submitted.traceparent),
+        image_prompt=image.prompt if image else "",
+        image_width=image.width if image else 0,
+        image_height=image.height if image else 0,
+        image_steps=image.steps if image else 0,
+        image_steps_done=image.steps_done if image else 0,
+        image_seed=image.seed if image else 0,
+        image_generate_ms=image.generate_ms if image else 0.0,
+        image_notice=image.notice if image else "",
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )

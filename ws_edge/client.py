@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from base64 import b64encode
+from base64 import b64decode, b64encode
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -33,6 +34,8 @@ from ws_edge.messages import (
     InterruptTurn,
     ResponseAudioDone,
     ResponseDone,
+    ResponseImage,
+    ResponseImageProgress,
     ResponseResumed,
     ResumeResponse,
     SessionReady,
@@ -66,6 +69,20 @@ def audio_part(
     )
 
 
+@dataclass
+class ImageAnswer:
+    """What `draw` collected of a picture turn: its progress events in order, its images
+    (PNG bytes) and its `response.done`."""
+
+    turn_id: str
+    progress: list[ResponseImageProgress] = field(default_factory=list)
+    images: list[ResponseImage] = field(default_factory=list)
+    done: ResponseDone | None = None
+
+    def png(self, index: int = 0) -> bytes:
+        return b64decode(self.images[index].data)
+
+
 class TurnRejected(RuntimeError):
     def __init__(self, error: ErrorEvent, client_turn_id: str | None = None) -> None:
         super().__init__(f"{error.code}: {error.message}")
@@ -88,8 +105,14 @@ class EdgeClient:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def connect(cls, url: str, token: str | None = None) -> AsyncIterator[EdgeClient]:
-        async with connect(url, compression=None, max_size=None) as websocket:
+    async def connect(
+        cls, url: str, token: str | None = None, *, headers: dict[str, str] | None = None
+    ) -> AsyncIterator[EdgeClient]:
+        """`headers`: extra HTTP headers of the upgrade request (e.g. a W3C `traceparent`,
+        which makes the client's trace the parent of its turns' traces)."""
+        async with connect(
+            url, compression=None, max_size=None, additional_headers=headers
+        ) as websocket:
             client = cls(websocket)
             try:
                 if token is not None:
@@ -192,6 +215,19 @@ class EdgeClient:
             if isinstance(event, ResponseDone):
                 return event
         raise AssertionError("unreachable")
+
+    async def draw(self, conversation_id: str, text: str, **options) -> ImageAnswer:
+        """Ask for a picture ("draw a cat"; `image=ImageOptions(width=…, steps=…)`) and
+        collect its progress, the image and the end."""
+        answer = ImageAnswer(await self.start_turn(conversation_id, text, **options))
+        async for event in self.events(answer.turn_id):
+            if isinstance(event, ResponseImageProgress):
+                answer.progress.append(event)
+            elif isinstance(event, ResponseImage):
+                answer.images.append(event)
+            elif isinstance(event, ResponseDone):
+                answer.done = event
+        return answer
 
     async def append_audio(self, stream_id: str, pcm: bytes, chunk_bytes: int = 6400) -> None:
         """Send microphone audio in pieces (default 200 ms of 16 kHz PCM16 each)."""

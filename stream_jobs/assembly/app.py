@@ -14,6 +14,7 @@ is at-least-once: a redelivered event finds its effect in the table and is not a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from dataclasses import dataclass
@@ -39,16 +40,20 @@ from schemas.ids import now_ms
 from schemas.settings import Settings
 from schemas.topics import (
     DEAD_LETTERS,
+    IMAGES_REQUESTED,
     TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TURNS_ENRICHED,
     pool_topic,
 )
+from schemas.tracing import spans
+from schemas.tracing.propagation import from_traceparent, incoming_context
+from schemas.tracing.spans import consuming, producing
 from stream_jobs.assembly.answer_cache import AnswerCache
 from stream_jobs.assembly.endpoint_picker import EndpointPicker
 from stream_jobs.assembly.prompt import Passage, assemble, with_image_placeholders
 from stream_jobs.assembly.retrieval import Retriever
-from stream_jobs.assembly.routing import Intent, IntentRouter, Routing
+from stream_jobs.assembly.routing import IMAGE_POOL, Intent, IntentRouter, Routing
 from stream_jobs.assembly.semantic_cache import CacheHit
 from stream_jobs.assembly.state import (
     ConversationState,
@@ -67,6 +72,11 @@ from stream_jobs.faust_app import make_app
 
 log = logging.getLogger("turnstream.assembly")
 
+NO_IMAGE_WORKER = ErrorInfo(
+    "image_generation_unavailable",
+    "Image generation is not available right now (no image worker is running); try again later.",
+    retryable=True,
+)
 MAX_PROFILE_CHARS = 1000
 PROFILE_TIMEOUT_S = 0.2  # a slow profile store costs the turn its profile, not its latency
 
@@ -122,6 +132,7 @@ class AssemblyJob:
         self.assembled = app.topic(TURNS_ASSEMBLED.full_name(ns))
         pools = settings.pool_names
         self.pool_topics = {pool: app.topic(pool_topic(pool).full_name(ns)) for pool in pools}
+        self.images = app.topic(IMAGES_REQUESTED.full_name(ns))  # picture requests
         board = None
         if settings.worker_state_interval_ms > 0:
             board = WorkerBoard(lambda: self.redis, self.names, clock_ms=now_ms)
@@ -140,6 +151,7 @@ class AssemblyJob:
             key_type=bytes,
             value_type=bytes,
         )
+        self._current_turn = ""  # the turn of the record being processed (tracing)
         app.agent(self.source, name="assemble")(self._consume)
 
     @property
@@ -156,12 +168,22 @@ class AssemblyJob:
             except DecodeError as err:
                 await self._dead_letter(payload, event.message.topic, err)
                 continue
-            if isinstance(parsed, TurnEnriched):
-                await self._on_enriched(parsed)
-            elif isinstance(parsed, TurnCompleted):
-                await self._on_completed(parsed)
-            elif isinstance(parsed, TurnTruncated):
-                self._on_truncated(parsed)
+            message = event.message
+            self._current_turn = parsed.turn_id
+            with consuming(
+                message.topic,
+                parent=incoming_context(event.headers, parsed),
+                turn_id=parsed.turn_id,
+                partition=message.partition,
+                offset=message.offset,
+                group=self.app.conf.id,
+            ):
+                if isinstance(parsed, TurnEnriched):
+                    await self._on_enriched(parsed)
+                elif isinstance(parsed, TurnCompleted):
+                    await self._on_completed(parsed)
+                elif isinstance(parsed, TurnTruncated):
+                    self._on_truncated(parsed)
 
     # ---- transitions -----------------------------------------------------------------------
     async def _on_enriched(self, turn: TurnEnriched) -> None:
@@ -213,16 +235,31 @@ class AssemblyJob:
 
     async def _carry_out(self, key: bytes, state: ConversationState, decision: Decision) -> None:
         for turn in decision.release:
-            await self._emit(turn, state)
+            with self._in_trace_of(turn):
+                await self._emit(turn, state)
         for turn, error in decision.refuse:
             await self._refuse(turn, error)
         self.table[key] = encode_state(state)
+
+    def _in_trace_of(self, turn: TurnEnriched):
+        """Where a released turn is assembled: in the current span (its own record's
+        processing) or, for a turn held back until an earlier one of its conversation ended,
+        in an `assemble` span of that turn's own trace, linked to what released it."""
+        if turn.turn_id == self._current_turn:
+            return contextlib.nullcontext()
+        parent = from_traceparent(turn.submitted.traceparent)
+        return spans.held_turn("assemble", turn.turn_id, parent=parent)
 
     # ---- assembly --------------------------------------------------------------------------
     async def _emit(self, turn: TurnEnriched, state: ConversationState) -> None:
         submitted = turn.submitted
         query = _query(turn)
         intent = await self._intent(turn, state)
+        if intent.pool == IMAGE_POOL and not await self.routing.image_workers_live():
+            reason = f"{intent.reason}; no live image worker"
+            route = Route(self.routing.default_pool, intent=intent.intent, reason=reason)
+            await self._refuse(turn, NO_IMAGE_WORKER, route)
+            return
         state.last_pool, state.last_intent = intent.pool, intent.intent
         profile, passages = await asyncio.gather(
             self._profile(submitted.tenant_id, submitted.user_id),
@@ -243,8 +280,10 @@ class AssemblyJob:
             state.truncated_turns += 1
         key = submitted.conversation_id.encode()
         route = await self.routing.place(intent, messages, key)
-        # the cache holds answers to the deployment's persona: never for an arm's own
-        cached = None if submitted.persona else await self._cached(turn, state, profile, passages)
+        # the cache holds answers to the deployment's persona: never for an arm's own, and
+        # never pictures
+        uncached = submitted.persona or intent.pool == IMAGE_POOL
+        cached = None if uncached else await self._cached(turn, state, profile, passages)
         if cached is not None:
             route = msgspec.structs.replace(
                 route, cache_hit=True, cache_similarity=round(cached.score, 4)
@@ -293,15 +332,19 @@ class AssemblyJob:
             history_turns=state.turns,
             forced_pool=turn.submitted.pool,
             classify=classify,
+            # a short follow-up stays where the last turn went, except after a picture
+            # ("why?" is a question about it, not another picture)
             previous=Intent(state.last_pool, state.last_intent, False, "", 1.0)
-            if state.last_pool
+            if state.last_pool and state.last_pool != IMAGE_POOL
             else None,
         )
         if self.routing.intents is None:
             return decide()
         return await asyncio.to_thread(decide)
 
-    async def _refuse(self, turn: TurnEnriched, error: ErrorInfo) -> None:
+    async def _refuse(
+        self, turn: TurnEnriched, error: ErrorInfo, route: Route | None = None
+    ) -> None:
         """Refusals travel the same way (inference ends the turn without generating)."""
         context = PromptContext(history_messages=0, dropped_messages=0, prompt_tokens=0)
         refused = TurnAssembled(
@@ -311,7 +354,8 @@ class AssemblyJob:
             context=context,
             assembled_at_ms=now_ms(),
             error=error,
-            route=Route(pool=self.routing.default_pool, reason="refused: closed by any worker"),
+            route=route
+            or Route(pool=self.routing.default_pool, reason="refused: closed by any worker"),
         )
         await self._send(refused)
 
@@ -322,8 +366,12 @@ class AssemblyJob:
         route = assembled.route
         assert route is not None
         partition = route.partition if route.partition >= 0 else None
-        await self.pool_topics[route.pool].send(key=key, value=value, partition=partition)
-        await self.assembled.send(key=key, value=value)
+        # a picture request goes to the image workers (any of them: Kafka's key hashing)
+        pool_topic = self.images if route.pool == IMAGE_POOL else self.pool_topics[route.pool]
+        with producing(pool_topic.get_topic_name(), turn_id=assembled.turn_id) as headers:
+            await pool_topic.send(key=key, value=value, partition=partition, headers=headers)
+        with producing(self.assembled.get_topic_name(), turn_id=assembled.turn_id) as headers:
+            await self.assembled.send(key=key, value=value, headers=headers)
 
     async def _profile(self, tenant_id: str, user_id: str) -> str:
         try:

@@ -46,6 +46,7 @@ from schemas.events import (
 )
 from schemas.prefix import PrefixMemory, estimated_tokens, message_chain
 from schemas.speech_segments import SegmenterConfig
+from schemas.tracing import spans
 from workers.inference.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.image_budget import Grant, ImageBudget
@@ -75,6 +76,7 @@ class ServiceConfig:
     windows_topic: str = ""  # Kafka safety.windows (when output_gate is set)
     speech_topic: str = ""  # Kafka tts.segments: answers asked to be spoken go there
     segments: SegmenterConfig = field(default_factory=SegmenterConfig)
+    engine_options: str = ""  # the engine's options tag, recorded in every turn.completed
 
     def gate_for(self, tier: str) -> GateConfig | None:
         return self.tier_gates.get(tier, self.output_gate)
@@ -207,50 +209,80 @@ class InferenceService:
                 images=assembled.images,
                 priority=turn.priority,
             )
-            progress.started_at_ms = self.clock_ms()
-            self.relay.publish(
-                channel,
-                TurnStarted(
-                    turn_id=turn.turn_id,
-                    worker_id=self.config.worker_id,
-                    model=self.engine.model_name,
-                    attempt=progress.attempt,
-                ),
-            )
-            speech = self._speech_feed(turn, progress)
-            guard = self._guard(turn, progress, channel, speech)
-            generation = asyncio.create_task(
-                self._generate(
-                    request,
-                    progress,
-                    channel,
-                    ticket,
-                    guard,
-                    speech=speech,
-                    cached_answer=assembled.cached_answer,
+            model, decoding = self.engine.model_name, turn.decoding
+            with spans.generating(
+                model,
+                turn_id=turn.turn_id,
+                max_tokens=decoding.max_tokens,
+                temperature=decoding.temperature,
+                top_p=decoding.top_p,
+                provider="turnstream.cache" if assembled.cached_answer else "vllm",
+            ) as span:
+                completed = await self._answer(assembled, request, progress, channel, ticket)
+                spans.record_generation(
+                    span,
+                    model=completed.model,
+                    finish_reason=str(completed.finish_reason),
+                    input_tokens=completed.usage.prompt_tokens,
+                    output_tokens=completed.usage.completion_tokens,
+                    cached_input_tokens=completed.usage.cached_prompt_tokens,
+                    error_code=completed.error.code if completed.error is not None else "",
                 )
-            )
-            self._running[turn.turn_id] = generation
-            try:
-                if await self.redis.exists(self.names.cancelled_key(turn.turn_id)):
-                    self.request_cancel(turn.turn_id)  # cancelled while we were getting ready
-                finish, error = await self._await_generation(turn.turn_id, generation)
-            finally:
-                self._running.pop(turn.turn_id, None)
-                self._guards.pop(turn.turn_id, None)
-                self._safety_stops.pop(turn.turn_id, None)
-                self._cancel_requested.discard(turn.turn_id)
-                if not generation.done():
-                    generation.cancel()
-            await self._finish(
+
+    async def _answer(
+        self,
+        assembled: TurnAssembled,
+        request: GenerationRequest,
+        progress: TurnProgress,
+        channel: str,
+        ticket: Held | None,
+    ) -> TurnCompleted:
+        """Generate the turn's answer (streamed to the edge) and record its outcome."""
+        turn = assembled.submitted
+        progress.started_at_ms = self.clock_ms()
+        self.relay.publish(
+            channel,
+            TurnStarted(
+                turn_id=turn.turn_id,
+                worker_id=self.config.worker_id,
+                model=self.engine.model_name,
+                attempt=progress.attempt,
+            ),
+        )
+        speech = self._speech_feed(turn, progress)
+        guard = self._guard(turn, progress, channel, speech)
+        generation = asyncio.create_task(
+            self._generate(
+                request,
                 progress,
-                finish,
-                error,
-                replacement=_replacement(guard, finish),
-                output_safety=guard.summary() if guard is not None else None,
-                screening=assembled.screening,
+                channel,
+                ticket,
+                guard,
                 speech=speech,
+                cached_answer=assembled.cached_answer,
             )
+        )
+        self._running[turn.turn_id] = generation
+        try:
+            if await self.redis.exists(self.names.cancelled_key(turn.turn_id)):
+                self.request_cancel(turn.turn_id)  # cancelled while we were getting ready
+            finish, error = await self._await_generation(turn.turn_id, generation)
+        finally:
+            self._running.pop(turn.turn_id, None)
+            self._guards.pop(turn.turn_id, None)
+            self._safety_stops.pop(turn.turn_id, None)
+            self._cancel_requested.discard(turn.turn_id)
+            if not generation.done():
+                generation.cancel()
+        return await self._finish(
+            progress,
+            finish,
+            error,
+            replacement=_replacement(guard, finish),
+            output_safety=guard.summary() if guard is not None else None,
+            screening=assembled.screening,
+            speech=speech,
+        )
 
     def _speech_feed(self, turn: TurnSubmitted, progress: TurnProgress) -> SpeechFeed | None:
         """The feed that speaks this answer as it is shown (None: text only)."""
@@ -456,6 +488,8 @@ class InferenceService:
             self._prefilling.pop(request.request_id, None)
             now = self.clock_ms()
             if progress.add(delta, now):
+                if progress.chunks == 1:
+                    spans.mark("first_token")  # on the turn's `chat` span
                 if guard is not None:  # shown when (and as) the safety check allows
                     await guard.delta(delta.text, delta.new_tokens)
                     continue
@@ -482,7 +516,7 @@ class InferenceService:
         output_safety: OutputSafety | None = None,
         screening: Screening | None = None,
         speech: SpeechFeed | None = None,
-    ) -> None:
+    ) -> TurnCompleted:
         """`replacement`: the text that stands for the answer instead of what was generated
         (a safety cut: the client shows it in place of the retracted text, and the history
         keeps it)."""
@@ -495,6 +529,7 @@ class InferenceService:
             model=self.engine.model_name,
             worker_id=self.config.worker_id,
             error=error,
+            engine_options=self.config.engine_options,
         )
         # Every spoken turn ends its speech, however it ends: the edge waits for that.
         speech = speech or self._speech_feed(turn, progress)
@@ -510,6 +545,7 @@ class InferenceService:
         # durable in Kafka (the assembly job adds it to the history from there).
         await self.outcomes.record(completed, turn.edge_id)
         observe_completed(completed, self.config.pool)
+        return completed
 
     async def _refuse_busy(self, turn: TurnSubmitted, held: int) -> None:
         """Answer at once (retryable error) instead of queueing behind `held` turns of the
