@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from schemas.errors import DecodeError
-from schemas.events import AnyEvent
-from schemas.turn_log import LogPosition, decode_relay_message
+from schemas.events import AnyEvent, TurnCompleted
+from schemas.turn_log import LogPosition, decode_entries, decode_relay_message
 
 log = logging.getLogger("turnstream.edge.relay")
 
@@ -27,10 +27,19 @@ Deliver = Callable[[AnyEvent, LogPosition | None], None]
 
 
 class RelaySubscriber:
-    def __init__(self, redis: Redis, channel: str, done_key: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        channel: str,
+        done_key: Callable[[str], str],
+        log_key: Callable[[str], str] | None = None,
+    ) -> None:
+        """`log_key`: where a turn's log is (`RedisNames.turn_log_key`); with it, a
+        resubscribe replays the logs of the turns routed here, not only their outcomes."""
         self._redis = redis
         self.channel = channel
         self._done_key = done_key
+        self._log_key = log_key
         self._routes: dict[str, list[Deliver]] = {}
         self.subscribed = asyncio.Event()
 
@@ -79,18 +88,42 @@ class RelaySubscriber:
                 await pubsub.aclose()
 
     async def _recover_outcomes(self) -> None:
-        """Pub/sub drops what is published while nobody listens: after a resubscribe, the
-        recorded outcome of every turn still waiting here is delivered from its done key.
-        (Token frames lost in the gap are not; the final text in `response.done` is whole.)"""
+        """Pub/sub drops what is published while nobody listens: after a resubscribe, every
+        turn still routed here gets its log again, from its start (each connection drops
+        the frames it already has by their positions, as after a resume: the subscription
+        is up before the read, so every frame is in the read or arrives live), then its
+        recorded outcome from its done key when the log holds none (the log expired).
+        Without `log_key` only the outcomes: token frames lost in the gap are not
+        recovered, and the client's deltas miss text that `response.done` has.
+
+        Found by the fault suite (`python -m bench.faults --scenarios redis-restart`):
+        answers streaming while Redis restarted reached their clients as
+        `response.started` then `response.done`, none of their deltas."""
         turn_ids = list(self._routes)
         if not turn_ids:
             return
+        logs: list[list] = [[] for _ in turn_ids]
+        if self._log_key is not None:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for turn_id in turn_ids:
+                    pipe.xrange(self._log_key(turn_id), "-", "+")
+                logs = await pipe.execute()
         recorded = await self._redis.mget([self._done_key(t) for t in turn_ids])
-        found = [r for r in recorded if r is not None]
-        if found:
-            log.info("recovered %d outcomes missed while resubscribing", len(found))
-        for outcome in found:  # one at a time: an unreadable one must not hide the others
-            self._dispatch(b"[" + outcome + b"]")
+        replayed = outcomes = 0
+        for raw_log, outcome in zip(logs, recorded, strict=True):
+            entries = decode_entries(raw_log)
+            for event, position in entries:
+                self.deliver(event, position)
+            replayed += len(entries)
+            if outcome is not None and not any(isinstance(e, TurnCompleted) for e, _ in entries):
+                outcomes += 1  # one at a time: an unreadable one must not hide the others
+                self._dispatch(b"[" + outcome + b"]")
+        if replayed or outcomes:
+            log.info(
+                "recovered %d logged frames and %d outcomes after resubscribing",
+                replayed,
+                outcomes,
+            )
 
     def _dispatch(self, payload: bytes) -> None:
         try:

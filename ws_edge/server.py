@@ -109,6 +109,7 @@ class EdgeServer:
             self.redis,
             self.names.edge_channel(self.edge_id),
             self.names.done_key,
+            self.names.turn_log_key,
         )
         self.claims = ConversationClaims(self.redis, self.names, settings.history_ttl_s)
         self.limits = SessionLimits(

@@ -1,15 +1,18 @@
-"""The edge's relay after a lost subscription: outcomes published while it was away are
-read back from their done keys (real Redis)."""
+"""The edge's relay after a lost subscription: frames and outcomes published while it was
+away are read back from the turns' logs and done keys (real Redis)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
 
 from schemas.channels import RedisNames, redis_client
 from schemas.codec import encode
+from schemas.events import TokenChunk, TurnStarted
 from tests.support import factories
+from workers.runtime.relay import RelayPublisher
 from ws_edge.relay import RelaySubscriber
 
 pytestmark = pytest.mark.integration
@@ -35,3 +38,36 @@ async def test_missed_outcomes_are_recovered_after_a_resubscribe(services, sessi
         await redis.delete(names.done_key(waiting))
         await redis.aclose()
     assert delivered == [(completed, None)]  # the other turn is still running: nothing for it
+
+
+async def test_frames_missed_while_resubscribing_are_replayed_from_the_turns_log(
+    services, session_namespace
+):
+    """Found by the fault suite (redis-restart): frames a worker logged and published while
+    the edge's subscription was down reached nobody; the resubscribe reads them back from
+    the turn's log, positions attached (each connection drops those it already has)."""
+    names = RedisNames.for_namespace(f"{session_namespace}-relay-log")
+    redis = redis_client(services.redis_url)
+    publisher = RelayPublisher(redis, names)
+    sender = asyncio.create_task(publisher.run())
+    turn_id = uuid.uuid4().hex
+    frames = [TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a1")] + [
+        TokenChunk(turn_id=turn_id, seq=i, text=f" w{i}", emitted_at_ms=0.0, attempt="a1")
+        for i in range(5)
+    ]
+    delivered = []
+    try:
+        for frame in frames:  # published while this edge was not subscribed
+            publisher.publish(names.edge_channel("e1"), frame)
+        await publisher.flushed()
+        relay = RelaySubscriber(redis, names.edge_channel("e1"), names.done_key, names.turn_log_key)
+        relay.route(turn_id, lambda event, position: delivered.append((event, position)))
+        await relay._recover_outcomes()
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        await redis.delete(names.turn_log_key(turn_id), names.turn_epochs_key(turn_id))
+        await redis.aclose()
+    assert [event for event, _ in delivered] == frames
+    positions = [position for _, position in delivered]
+    assert None not in positions and positions == sorted(set(positions))

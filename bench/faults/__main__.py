@@ -1,0 +1,84 @@
+"""`python -m bench.faults`: break the real stack under load and check the books.
+
+Starts its own Kafka and Redis (the project's scripts, free ports, a temporary
+TURNSTREAM_HOME: the shared services are never touched), the roles as child processes (two
+inference workers, two edges, preprocessing, assembly, traces, the ClickHouse sink), a
+steady load of multi-turn conversations, then one fault at a time:
+
+    worker-kill      kill -9 an inference worker mid-stream, restart it
+    kafka-restart    stop the broker, start it again on the same data
+    redis-restart    stop Redis, 3 s down, start it on its append-only file
+    clickhouse-down  kill -9 the sink (it owns the embedded ClickHouse) for 20 s, restart
+    edge-kill        kill -9 an edge with clients attached; they resume on the other
+    assembly-kill    kill -9 the assembly faust job, restart it
+    traces-kill      kill -9 the traces faust job, restart it
+
+and for each: every accepted turn ended exactly once at its client (completed, or an
+explicit error), nothing was answered twice, streamed text is whole, every accepted turn is
+once in `turns.completed` and once in ClickHouse `traces`. Prints the fault table and writes
+bench/results/faults.json and bench/figures/faults.png (and its copy in bench/results/).
+Exit status 1 when a scenario's books do not balance.
+
+    python -m bench.faults                                   # all faults, ~12 min on 2 cores
+    python -m bench.faults --scenarios worker-kill edge-kill --duration-s 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from bench.faults.load import LoadConfig
+from bench.faults.report import details, plot, table, to_json, write_json
+from bench.faults.runner import SuiteOptions, run_suite
+from bench.faults.scenarios import SCENARIOS
+
+
+def parse(argv: list[str] | None = None) -> SuiteOptions:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
+    parser.add_argument("--turns-per-s", type=float, default=4.0, help="the load, all users")
+    parser.add_argument("--users", type=int, default=8, help="concurrent clients")
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=20.0,
+        help="load per scenario around the fault: 40%% before it, 60%% after its healing",
+    )
+    parser.add_argument("--engine", choices=["fake", "vllm"], default="fake")
+    parser.add_argument("--keep-home", action="store_true", help="keep the logs of the run")
+    args = parser.parse_args(argv)
+    return SuiteOptions(
+        scenarios=tuple(args.scenarios),
+        load=LoadConfig(users=args.users, turns_per_s=args.turns_per_s),
+        engine=args.engine,
+        warmup_s=args.duration_s * 0.4,
+        after_s=args.duration_s * 0.6,
+        keep_home=args.keep_home,
+    )
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops like Ctrl-C: services and roles go down
+
+
+def main() -> None:
+    options = parse()
+    signal.signal(signal.SIGTERM, _interrupt)
+    results = asyncio.run(run_suite(options))
+    print()
+    print(table(results))
+    print()
+    print(details(results))
+    json_path = write_json(to_json(options, results))
+    figure = plot(results)
+    print(f"\n{json_path}\n{figure}")
+    sys.exit(0 if all(r.ok for r in results) else 1)
+
+
+if __name__ == "__main__":
+    main()

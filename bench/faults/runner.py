@@ -1,0 +1,265 @@
+"""Runs the suite: isolated services, the roles, then for each fault a steady load, the
+fault, its healing, a quiet period, and the books.
+
+Per scenario: the load runs `warmup_s`, the fault strikes (for the worker and edge kills,
+once answers are streaming), lasts the scenario's outage, is healed (the role or service
+restarted), the load goes on `after_s` more, then no new turn starts and the clients finish
+(or give up after their turn deadline). The books then read `turns.completed` from Kafka
+and `traces` from ClickHouse. Each scenario has its own users and conversations, so its
+books hold only its turns. A role that died on its own is noted and restarted before the
+next fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench.faults.books import (
+    Books,
+    Kind,
+    Outcome,
+    TurnHistory,
+    Verdict,
+    balance,
+    history_breaks,
+    recovery_s,
+    verdicts_of,
+    was_accepted,
+)
+from bench.faults.load import Clock, LoadConfig, run_load
+from bench.faults.records import completions, wait_for_traces
+from bench.faults.scenarios import SCENARIOS, FaultContext, Scenario, wait_until_streaming
+from bench.faults.services import IsolatedServices, isolated_services
+from bench.faults.stack import FaultStack, roles
+from infra.models.smollm2 import default_model_dir
+from schemas.settings import Settings
+
+Progress = Callable[[str], None]
+
+
+def stderr_progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteOptions:
+    scenarios: tuple[str, ...] = tuple(SCENARIOS)
+    load: LoadConfig = field(default_factory=LoadConfig)
+    engine: str = "fake"
+    token_interval_ms: float = 20.0  # the fake engine's pace
+    warmup_s: float = 8.0
+    after_s: float = 10.0
+    workers: int = 2
+    edges: int = 2
+    keep_home: bool = False  # keep the run's TURNSTREAM_HOME (logs) after it
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    fault: str
+    books: Books
+    recovery_s: float
+    started_at: float
+    fault_at: float
+    healed_at: float
+    ended_at: float
+    streaming_at_fault: int | None
+    history_breaks: int
+    notes: list[str] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    histories: list[TurnHistory] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.books.balanced and self.history_breaks == 0
+
+
+def suite_env(options: SuiteOptions) -> dict[str, str]:
+    """What every role of the run is configured with (on top of the isolated services)."""
+    env = {
+        "TURNSTREAM_ENGINE": options.engine,
+        "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS": str(options.token_interval_ms),
+        "TURNSTREAM_SAFETY_OUTPUT_POLICY": "off",  # no safety worker in this stack
+    }
+    if options.engine != "fake":
+        developer = Settings.from_env()
+        env["TURNSTREAM_MODEL_PATH"] = developer.model_path or str(default_model_dir(developer))
+    return env
+
+
+async def run_suite(
+    options: SuiteOptions, progress: Progress = stderr_progress
+) -> list[ScenarioResult]:
+    unknown = [s for s in options.scenarios if s not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenarios {unknown}; known: {list(SCENARIOS)}")
+    clock = Clock()
+    progress("starting Kafka, Redis and the ClickHouse migrations (isolated, own ports)...")
+    services_cm = isolated_services(options.edges, suite_env(options), keep_home=options.keep_home)
+    services: IsolatedServices = await asyncio.to_thread(services_cm.__enter__)
+    results: list[ScenarioResult] = []
+    try:
+        progress(
+            f"  home {services.home}, Kafka {services.env['TURNSTREAM_KAFKA_BOOTSTRAP']}, "
+            f"Redis {services.env['TURNSTREAM_REDIS_URL']} ({clock.now():.0f} s)"
+        )
+        stack = FaultStack(
+            services.env,
+            services.home / "logs",
+            roles(options.workers, options.edges, services.ports.edge),
+            progress,
+        )
+        progress(f"starting the roles: {', '.join(stack.roles)}")
+        await asyncio.to_thread(stack.start)
+        try:
+            for name in options.scenarios:
+                result = await run_scenario(
+                    SCENARIOS[name], FaultContext(stack, services, []), options, clock, progress
+                )
+                results.append(result)
+        finally:
+            progress("stopping the roles...")
+            await asyncio.to_thread(stack.stop)
+    finally:
+        progress("stopping Kafka and Redis...")
+        await asyncio.to_thread(services_cm.__exit__, None, None, None)
+    return results
+
+
+async def run_scenario(
+    scenario: Scenario,
+    ctx: FaultContext,
+    options: SuiteOptions,
+    clock: Clock,
+    progress: Progress,
+) -> ScenarioResult:
+    histories = ctx.histories
+    tag = f"[{scenario.name}]"
+    progress(f"{tag} {scenario.fault}")
+    stop = asyncio.Event()
+    started_at = clock.now()
+    urls = ctx.stack.edge_urls()
+    tasks = await run_load(
+        urls, ctx.services.settings.auth_secret, scenario.name, options.load, clock, histories, stop
+    )
+    ticker = asyncio.create_task(_tick(tag, histories, clock, progress))
+    streaming: int | None = None
+    try:
+        await asyncio.sleep(options.warmup_s)
+        if scenario.wait_mid_stream:
+            streaming = await asyncio.to_thread(wait_until_streaming, ctx, scenario)
+        fault_at = clock.now()
+        streaming_note = "" if streaming is None else f" ({streaming} answers streaming)"
+        progress(f"{tag} fault at {fault_at:.1f} s{streaming_note}")
+        await asyncio.to_thread(scenario.inject, ctx)
+        await asyncio.sleep(scenario.outage_s)
+        await asyncio.to_thread(scenario.heal, ctx)
+        healed_at = clock.now()
+        progress(f"{tag} healed at {healed_at:.1f} s ({healed_at - fault_at:.1f} s after it)")
+        await asyncio.sleep(options.after_s)
+    finally:
+        stop.set()
+        progress(f"{tag} load stopped; waiting for open turns to end")
+        _, pending = await asyncio.wait(tasks, timeout=options.load.turn_deadline_s + 30)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+    ended_at = clock.now()
+    progress(f"{tag} checking the books (turns.completed, traces)")
+    records = await completions(ctx.services.settings)
+    accepted = [h.turn_id for h in histories if h.turn_id and was_accepted(h)]
+    traces = await asyncio.to_thread(
+        wait_for_traces, ctx.services.settings, accepted, scenario.traces_wait_s
+    )
+    verdicts = verdicts_of(histories, records, traces)
+    books = balance(verdicts)
+    notes = []
+    died = ctx.stack.exited()
+    if died:
+        notes.append("died on their own: " + ", ".join(f"{k} (exit {c})" for k, c in died.items()))
+        await asyncio.to_thread(ctx.stack.revive)
+    result = ScenarioResult(
+        name=scenario.name,
+        fault=scenario.fault,
+        books=books,
+        recovery_s=recovery_s(verdicts, fault_at, healed_at),
+        started_at=started_at,
+        fault_at=fault_at,
+        healed_at=healed_at,
+        ended_at=ended_at,
+        streaming_at_fault=streaming,
+        history_breaks=history_breaks(histories, verdicts) if options.engine == "fake" else 0,
+        notes=notes,
+        verdicts=verdicts,
+        histories=histories,
+    )
+    progress(f"{tag} {summary_line(result)}")
+    return result
+
+
+def summary_line(result: ScenarioResult) -> str:
+    b = result.books
+    state = "balanced" if result.ok else "NOT BALANCED"
+    return (
+        f"{state}: {b.accepted} accepted, {b.completed} completed, {b.clear_errors} clear "
+        f"errors, {b.refused} refused, {b.lost} lost, {b.answered_twice} answered twice "
+        f"({b.recorded_twice} recorded twice), "
+        f"{b.text_mismatches} texts not whole, traces {b.traces}/{b.accepted}, "
+        f"recovered in {result.recovery_s:.1f} s"
+    )
+
+
+async def _tick(tag: str, histories: list[TurnHistory], clock: Clock, progress: Progress) -> None:
+    """A status line every 5 s while the load runs."""
+    while True:
+        await asyncio.sleep(5)
+        ended = sum(1 for h in histories if h.of(Kind.DONE))
+        refused = sum(1 for h in histories if h.of(Kind.REFUSED) and not was_accepted(h))
+        open_ = sum(1 for h in histories if was_accepted(h) and not h.of(Kind.DONE))
+        progress(
+            f"{tag} {clock.now():6.1f} s: {len(histories)} turns, {ended} done, {open_} open, "
+            f"{refused} refused so far"
+        )
+
+
+def failures(result: ScenarioResult, limit: int = 5) -> list[dict]:
+    """A few turns that broke the books, with what their client saw (for the JSON)."""
+    bad = [
+        (h, v)
+        for h, v in zip(result.histories, result.verdicts, strict=True)
+        if v.outcome in (Outcome.LOST, Outcome.TWICE)
+        or v.text_ok is False
+        or v.duplicate_frames
+        or v.recorded_as_seen is False
+        or (v.accepted and (v.records != 1 or v.traces != 1))
+    ]
+    return [
+        {
+            "turn_id": v.turn_id,
+            "user": h.user,
+            "conversation_id": h.conversation_id,
+            "outcome": str(v.outcome),
+            "records": v.records,
+            "answers": v.answers,
+            "traces": v.traces,
+            "text_ok": v.text_ok,
+            "seen": [
+                f"{s.at:.2f} {s.kind}"
+                + (f" {s.epoch}-{s.offset}" if s.epoch is not None else "")
+                + (f" {s.code}" if s.code else "")
+                + (f" error={s.error}" if s.error else "")
+                for s in h.seen
+                if s.kind is not Kind.DELTA
+            ],
+            "deltas": [f"{s.epoch}-{s.offset} {s.text!r}" for s in h.of(Kind.DELTA)],
+        }
+        for h, v in bad[:limit]
+    ]

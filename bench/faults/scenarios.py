@@ -1,0 +1,123 @@
+"""The faults: how each one is caused and healed (blocking calls; the runner runs them in a
+thread while the load goes on)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.faults.books import Kind, TurnHistory
+from bench.faults.services import IsolatedServices
+from bench.faults.stack import FaultStack
+
+
+@dataclass
+class FaultContext:
+    stack: FaultStack
+    services: IsolatedServices
+    histories: list[TurnHistory]
+
+
+Step = Callable[[FaultContext], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    fault: str  # for the table
+    inject: Step
+    heal: Step
+    outage_s: float = 0.0  # between inject and heal
+    wait_mid_stream: bool = False  # strike while answers stream (not between turns)
+    streaming_on_edge: int | None = None  # ... on this edge (index), for an edge's fault
+    traces_wait_s: float = 90.0  # how long the books wait for the traces to land
+
+
+def streaming_now(histories: list[TurnHistory], edge: str | None = None) -> int:
+    """Turns whose client has seen a delta and no end yet (followed on `edge`, if named)."""
+    return sum(
+        1
+        for h in histories
+        if h.of(Kind.DELTA)
+        and not h.of(Kind.DONE, Kind.GAVE_UP, Kind.RESUME_REFUSED)
+        and (edge is None or h.edge == edge)
+    )
+
+
+def wait_until_streaming(
+    ctx: FaultContext, scenario: Scenario, at_least: int = 2, timeout_s: float = 20.0
+) -> int:
+    """Until `at_least` answers stream (on the scenario's edge), or the time is up."""
+    index = scenario.streaming_on_edge
+    edge = None if index is None else ctx.stack.edge_urls()[index]
+    wanted = at_least if edge is None else 1
+    deadline = time.monotonic() + timeout_s
+    while (n := streaming_now(ctx.histories, edge)) < wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return n
+
+
+def _kill(key: str) -> Step:
+    return lambda ctx: ctx.stack.kill(key)
+
+
+def _restart(key: str) -> Step:
+    return lambda ctx: ctx.stack.restart(key)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "worker-kill",
+            "kill -9 an inference worker mid-stream, restart it",
+            _kill("inference-1"),
+            _restart("inference-1"),
+            wait_mid_stream=True,
+        ),
+        Scenario(
+            "kafka-restart",
+            "restart the Kafka broker (stop, start on the same data)",
+            lambda ctx: ctx.services.stop_kafka(),
+            lambda ctx: ctx.services.start_kafka(),
+        ),
+        Scenario(
+            "redis-restart",
+            "restart Redis (stop, 3 s down, start on its append-only file)",
+            lambda ctx: ctx.services.stop_redis(),
+            lambda ctx: ctx.services.start_redis(),
+            outage_s=3.0,
+        ),
+        Scenario(
+            "clickhouse-down",
+            "ClickHouse down 20 s (kill -9 the sink that owns the embedded engine)",
+            _kill("sink"),
+            _restart("sink"),
+            outage_s=20.0,
+            traces_wait_s=150.0,
+        ),
+        Scenario(
+            "edge-kill",
+            "kill -9 an edge with clients attached (they resume on the other)",
+            _kill("edge-1"),
+            _restart("edge-1"),
+            outage_s=3.0,
+            wait_mid_stream=True,
+            streaming_on_edge=0,
+        ),
+        Scenario(
+            "assembly-kill",
+            "kill -9 the assembly faust job, restart it",
+            _kill("assembly"),
+            _restart("assembly"),
+        ),
+        Scenario(
+            "traces-kill",
+            "kill -9 the traces faust job, restart it",
+            _kill("traces"),
+            _restart("traces"),
+            traces_wait_s=150.0,
+        ),
+    )
+}

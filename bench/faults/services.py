@@ -1,0 +1,149 @@
+"""Kafka and Redis of the fault suite's own, on free ports under a temporary TURNSTREAM_HOME.
+
+Why not the shared ones: the suite stops and restarts the broker and Redis, and other people
+(and CI) run their tests on the shared services at the same time. These are started with the
+project's own scripts (`infra/services.sh`, `kafka.sh`, `redis.sh`), which take their ports
+from TURNSTREAM_KAFKA_BOOTSTRAP / TURNSTREAM_REDIS_URL and keep all state (data, pids, logs)
+under TURNSTREAM_HOME, so they touch nothing else. The Kafka jars are taken from the
+developer's cache when it has them (read only), else resolved by `kafka.sh` as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.stack import REPO
+from schemas.settings import Settings
+
+INFRA = REPO / "infra"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports on 127.0.0.1 (Kafka needs its port and
+    the next for its controller; the edges take consecutive ports)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            first = s.getsockname()[1]
+        if first + count < 65536 and all(_port_free(first + i) for i in range(count)):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    kafka: int  # and kafka + 1, its controller
+    redis: int
+    edge: int  # and the next ones, one per edge
+    clickhouse_http: int
+
+
+def pick_ports(edges: int) -> Ports:
+    return Ports(
+        kafka=free_ports(2),
+        redis=free_ports(1),
+        edge=free_ports(edges),
+        clickhouse_http=free_ports(1),
+    )
+
+
+class IsolatedServices:
+    """Kafka, Redis (and the ClickHouse migrations) of one run; `env` is what every process
+    of the run gets, so they all see these and nothing of the shared stack."""
+
+    def __init__(self, home: Path, ports: Ports, base_env: dict[str, str]) -> None:
+        self.home = home
+        self.ports = ports
+        self.env = {
+            **base_env,
+            "TURNSTREAM_HOME": str(home),
+            "TURNSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{ports.kafka}",
+            "TURNSTREAM_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
+            "TURNSTREAM_EDGE_PORT": str(ports.edge),
+            "TURNSTREAM_CLICKHOUSE_HTTP_PORT": str(ports.clickhouse_http),
+            "TURNSTREAM_CLICKHOUSE_URL": "",
+            "TURNSTREAM_NAMESPACE": "",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.settings = Settings.from_env(self.env)
+
+    def _run(self, *script: str) -> None:
+        log = self.home / "logs" / "services.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            subprocess.run(
+                [str(INFRA / script[0]), *script[1:]],
+                cwd=REPO,
+                env=self.env,
+                check=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def start(self) -> None:
+        self._run("services.sh", "start")
+
+    def stop(self) -> None:
+        self._run("services.sh", "stop")
+
+    # ---- the faults ------------------------------------------------------------------------
+    def stop_kafka(self) -> None:
+        self._run("kafka/kafka.sh", "stop")
+
+    def start_kafka(self) -> None:
+        self._run("kafka/kafka.sh", "start")  # the same data directory: the same cluster
+
+    def stop_redis(self) -> None:
+        self._run("redis/redis.sh", "stop")
+
+    def start_redis(self) -> None:
+        self._run("redis/redis.sh", "start")  # its append-only file brings the data back
+
+
+def _share_kafka_jars(home: Path, developer_home: Path) -> None:
+    """Point this home's Kafka jar cache at the developer's (jars only, read only)."""
+    for cached in developer_home.glob("cache/kafka-*"):
+        if (cached / "libs" / ".complete").exists():
+            target = home / "cache" / cached.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                target.symlink_to(cached.resolve(), target_is_directory=True)
+
+
+@contextlib.contextmanager
+def isolated_services(
+    edges: int, extra_env: dict[str, str], *, keep_home: bool = False
+) -> Iterator[IsolatedServices]:
+    """Start them under a fresh temporary home; stop them (and remove the home unless
+    `keep_home`) however the block ends."""
+    developer = Settings.from_env()
+    home = Path(tempfile.mkdtemp(prefix="turnstream-faults-"))
+    _share_kafka_jars(home, developer.state_path)
+    # nothing of the developer's own configuration leaks in: the run sets what it needs
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+    services = IsolatedServices(home, pick_ports(edges), {**base, **extra_env})
+    try:
+        services.start()
+        yield services
+    finally:
+        with contextlib.suppress(Exception):
+            services.stop()
+        if not keep_home:
+            shutil.rmtree(home, ignore_errors=True)
