@@ -279,7 +279,11 @@ class AssemblyJob:
         if context.dropped_messages:
             state.truncated_turns += 1
         key = submitted.conversation_id.encode()
-        route = await self.routing.place(intent, messages, key)
+        in_flight = state.in_flight is not None and state.in_flight.turn_id == turn.turn_id
+        pinned = state.in_flight_route if in_flight else None
+        route = pinned or await self.routing.place(intent, messages, key)
+        if in_flight:
+            state.in_flight_route = route
         # the cache holds answers to the deployment's persona: never for an arm's own, and
         # never pictures
         uncached = submitted.persona or intent.pool == IMAGE_POOL

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from schemas.events import ErrorInfo, FinishReason, Role, Truncation, TurnCompleted, TurnEnriched
+from schemas.events import (
+    ErrorInfo,
+    FinishReason,
+    Role,
+    Route,
+    Truncation,
+    TurnCompleted,
+    TurnEnriched,
+)
 
 log = logging.getLogger("turnstream.assembly")
 
@@ -32,6 +40,9 @@ class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
     messages: list[StoredMessage] = []
     in_flight: TurnEnriched | None = None
     in_flight_since_ms: float = 0.0
+    # where the in-flight turn was sent: a redelivery after a restart of this job goes to the
+    # same worker (which drops the copy) instead of a second worker answering it too
+    in_flight_route: Route | None = None
     waiting: list[TurnEnriched] = []
     recent: list[str] = []
     turns: int = 0
@@ -199,7 +210,7 @@ def on_stale(state: ConversationState, *, now_ms: float, stale_after_ms: float) 
 
 
 def _release_next(state: ConversationState, now_ms: float) -> Decision:
-    state.in_flight = None
+    state.in_flight, state.in_flight_route = None, None
     if not state.waiting:
         return Decision()
     state.in_flight, state.in_flight_since_ms = state.waiting.pop(0), now_ms

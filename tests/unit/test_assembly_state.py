@@ -144,3 +144,19 @@ def test_an_idle_conversation_forgets_its_history():
     complete(state, completed("t2"), now=600)
     on_enriched(state, enriched("t3"), now_ms=5000, max_held=8, idle_expiry_ms=1000)
     assert state.messages == []  # idle for 4.4 s > 1 s
+
+
+def test_the_in_flight_turns_route_survives_a_restart_and_ends_with_it():
+    """A redelivered in-flight turn goes back to the worker that has it (its route is in the
+    table's changelog); the next turn is routed afresh."""
+    from schemas.events import Route
+
+    state = ConversationState()
+    first, second = enriched("t1"), enriched("t2")
+    enrich(state, first)
+    enrich(state, second)
+    state.in_flight_route = Route(pool="chat", worker_id="w1", partition=3)
+    restored = decode_state(encode_state(state))  # the job restarted: the table is rebuilt
+    assert restored.in_flight_route == Route(pool="chat", worker_id="w1", partition=3)
+    assert complete(restored, completed("t1")).release == [second]
+    assert restored.in_flight == second and restored.in_flight_route is None
