@@ -4,8 +4,6 @@ greedy answers unchanged, and a turn's trace in ClickHouse says which options an
 from __future__ import annotations
 
 import asyncio
-import json
-import textwrap
 import uuid
 
 import pytest
@@ -13,7 +11,7 @@ import pytest
 from schemas.engine_profile import EngineProfile
 from schemas.events import DecodingParams, Message, Role
 from schemas.settings import Settings
-from tests.support.chdb import run_in_engine
+from tests.support.chdb import sink_trace_rows
 from tests.support.stack import pipeline, running_job
 from workers.inference.engine import GenerationRequest
 from ws_edge.client import EdgeClient
@@ -88,37 +86,6 @@ async def test_speculation_does_not_change_greedy_answers(ngram_engine, tiny_eng
     assert tiny_engine.snapshot().spec_draft_tokens == 0
 
 
-SINK_AND_QUERY = textwrap.dedent("""
-    import asyncio, json, sys
-
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import migrate
-    from schemas.settings import Settings
-    from workers.sink.app import run_sink
-
-    namespace, turn_id = sys.argv[1], sys.argv[2]
-    settings = Settings.from_env(namespace=namespace, sink_linger_ms=50)
-    client = connect(settings)
-    migrate(client)
-    QUERY = (
-        "SELECT engine_options, model, status, completion_tokens FROM turnstream.traces FINAL "
-        "WHERE turn_id = %(t)s"
-    )
-
-    def rows() -> list:
-        return client.query(QUERY, parameters={"t": turn_id}).result_rows
-
-    async def sink_until_written() -> None:
-        async with run_sink(settings, client, ("traces",)):
-            async with asyncio.timeout(120):
-                while not await asyncio.to_thread(rows):
-                    await asyncio.sleep(0.1)
-
-    asyncio.run(sink_until_written())
-    print(json.dumps(rows()))
-""")
-
-
 async def test_a_turns_trace_carries_the_engine_options(
     services, session_namespace, ngram_engine, tmp_path
 ):
@@ -129,8 +96,8 @@ async def test_a_turns_trace_carries_the_engine_options(
         EdgeClient.connect(p.url, p.token("opal")) as client,
     ):
         done = await client.ask(f"c-{uuid.uuid4().hex[:8]}", PROMPTS[0], max_tokens=16)
-        args = (settings.namespace, done.turn_id)
-        out = await asyncio.to_thread(run_in_engine, SINK_AND_QUERY, tmp_path / "home", *args)
-    [(options, model, status, tokens)] = json.loads(out.strip().splitlines()[-1])
+        columns = "engine_options, model, status, completion_tokens"
+        args = (tmp_path / "home", settings.namespace, done.turn_id, columns)
+        [(options, model, status, tokens)] = await asyncio.to_thread(sink_trace_rows, *args)
     assert options == ngram_engine.profile.tag() and options.startswith("spec=ngram:k4")
     assert (model, status, tokens) == ("tiny-llama", "completed", done.usage.completion_tokens)

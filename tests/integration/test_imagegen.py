@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
-import textwrap
 
 import pytest
 from PIL import Image
 
 from schemas.settings import Settings
 from schemas.worker_state import read_states
-from tests.support.chdb import run_in_engine
+from tests.support.chdb import sink_trace_rows
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import completions_of
 from tests.support.polling import eventually
@@ -87,36 +85,6 @@ async def test_without_an_image_worker_a_picture_request_is_answered_at_once(sta
     assert answer.images == [] and answer.progress == []
 
 
-SINK_AND_QUERY = textwrap.dedent("""
-    import asyncio, json, sys
-
-    from infra.clickhouse.client import connect
-    from schemas.settings import Settings
-    from workers.sink.app import run_sink
-
-    namespace, turn_id = sys.argv[1], sys.argv[2]
-    settings = Settings.from_env(namespace=namespace, sink_linger_ms=50)
-    client = connect(settings)
-    QUERY = (
-        "SELECT pool, intent, model, finish_reason, image_prompt, image_width, image_height, "
-        "image_steps, image_steps_done, image_seed, image_generate_ms, e2e_ms "
-        "FROM turnstream.traces FINAL WHERE turn_id = %(turn)s"
-    )
-
-    def rows() -> list:
-        return client.query(QUERY, parameters={"turn": turn_id}).result_rows
-
-    async def sink_until_written() -> None:
-        async with run_sink(settings, client, ("traces",)):
-            async with asyncio.timeout(120):
-                while not await asyncio.to_thread(rows):
-                    await asyncio.sleep(0.1)
-
-    asyncio.run(sink_until_written())
-    print(json.dumps(rows()))
-""")
-
-
 async def test_a_picture_streams_its_steps_then_the_image_and_is_traced(
     stack, image_worker, image_settings, tmp_path
 ):
@@ -141,9 +109,12 @@ async def test_a_picture_streams_its_steps_then_the_image_and_is_traced(
     assert stored == png
 
     async with running_job(image_settings, "traces"):
-        args = (image_settings.namespace, answer.turn_id)
-        out = await asyncio.to_thread(run_in_engine, SINK_AND_QUERY, tmp_path / "home", *args)
-    [row] = json.loads(out.strip().splitlines()[-1])
+        columns = (
+            "pool, intent, model, finish_reason, image_prompt, image_width, image_height, "
+            "image_steps, image_steps_done, image_seed, image_generate_ms, e2e_ms"
+        )
+        args = (tmp_path / "home", image_settings.namespace, answer.turn_id, columns)
+        [row] = await asyncio.to_thread(sink_trace_rows, *args)
     pool, intent, model, finish, prompt, width, height, steps, done_steps, seed, gen_ms, e2e = row
     assert (pool, intent, model, finish) == ("imagegen", "image_generation", "tiny-sd-v1", "stop")
     assert (prompt, width, height, steps, done_steps) == ("a picture of a cat", 64, 48, 4, 4)

@@ -17,13 +17,12 @@ A worker that stops mid-image does the same and leaves the turn uncommitted (red
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import logging
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -55,6 +54,7 @@ from workers.imagegen.errors import GenerationCancelled, ImageGenError
 from workers.imagegen.pipeline import ImagePipeline, Latents
 from workers.imagegen.preview import png_bytes, preview_jpeg, wants_preview
 from workers.imagegen.request import ImageJob, ImageLimits, caption, plan
+from workers.runtime.control import control_events
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
 from workers.safety.image_rules import IMAGE_LABELS, IMAGE_REASON, IMAGE_RULES
@@ -396,7 +396,9 @@ class ImageGenService:
         first = True
         while True:
             try:
-                async for event in self._control_events(recheck=not first):
+                recheck = None if first else self._recheck_cancels
+                channel = self.names.control_channel()
+                async for event in control_events(self.redis, channel, recheck):
                     if isinstance(event, TurnCancelled):
                         self.request_cancel(event.turn_id)
             except RedisError:
@@ -404,22 +406,8 @@ class ImageGenService:
                 await asyncio.sleep(0.5)
             first = False
 
-    async def _control_events(self, *, recheck: bool) -> AsyncIterator[AnyEvent]:
-        pubsub = self.redis.pubsub()
-        try:
-            await pubsub.subscribe(self.names.control_channel())
-            if recheck:
-                for turn_id in list(self._cancels):
-                    if await self.redis.exists(self.names.cancelled_key(turn_id)):
-                        self.request_cancel(turn_id)
-            while True:
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                if message is None or message["type"] != "message":
-                    continue
-                try:
-                    yield decode(message["data"])
-                except DecodeError as err:
-                    log.warning("bad control message: %s", err)
-        finally:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()
+    async def _recheck_cancels(self) -> None:
+        """After a resubscribe: cancels published while the channel was down."""
+        for turn_id in list(self._cancels):
+            if await self.redis.exists(self.names.cancelled_key(turn_id)):
+                self.request_cancel(turn_id)

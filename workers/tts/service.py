@@ -10,17 +10,14 @@ the turn not yet synthesized and end its speech at once with a `stopped` frame.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from schemas.channels import RedisNames
-from schemas.codec import decode
-from schemas.errors import DecodeError
 from schemas.events import (
     OUTPUT_CUT,
     AnyEvent,
@@ -30,6 +27,7 @@ from schemas.events import (
     SpeechText,
     TurnCancelled,
 )
+from workers.runtime.control import control_events
 from workers.runtime.relay import RelayPublisher
 from workers.tts.errors import SpeechError
 from workers.tts.sequencer import Admission, Outgoing, SpeechSequencer
@@ -166,25 +164,9 @@ class TtsService:
         """Follow the control channel; survive Redis restarts by resubscribing."""
         while True:
             try:
-                async for event in self._control_events():
+                async for event in control_events(self.redis, self.names.control_channel()):
                     if isinstance(event, TurnCancelled):
                         self.cancel(event.turn_id, event.reason)
             except RedisError:
                 log.warning("control channel lost; resubscribing", exc_info=True)
                 await asyncio.sleep(0.5)
-
-    async def _control_events(self) -> AsyncIterator[AnyEvent]:
-        pubsub = self.redis.pubsub()
-        try:
-            await pubsub.subscribe(self.names.control_channel())
-            while True:
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                if message is None or message["type"] != "message":
-                    continue
-                try:
-                    yield decode(message["data"])
-                except DecodeError as err:
-                    log.warning("bad control message: %s", err)
-        finally:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()
