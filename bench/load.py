@@ -191,7 +191,8 @@ def profile(pid: int, out: Path, seconds: int = 10) -> Path | None:
         print("py-spy not installed: no profile", file=sys.stderr)
         return None
     result = subprocess.run(
-        [spy, "record", "--pid", str(pid), "--duration", str(seconds), "-o", str(out), "-n"],
+        # --gil: only the thread holding the GIL, i.e. where this process's Python CPU goes
+        [spy, "record", "--pid", str(pid), "--duration", str(seconds), "-o", str(out), "--gil"],
         capture_output=True,
         text=True,
         check=False,
@@ -323,7 +324,12 @@ async def ramp(args, load: Load, watch: Watch, children: list[Child]) -> dict:
         f"{sustained.streams_max if sustained else 0} streams at once); "
         f"broke at {knee.broken.rate if knee.broken else '-'} turns/s: {knee.reason}"
     )
-    print(f"saturating first: {top} at {cpu:.0f}% of one core (2 cores in all)")
+    cores = psutil.cpu_count() or 1
+    total = sum(at.cpu.values())
+    print(
+        f"the stack's processes used {total:.0f}% of {cores * 100}% ({cores} cores) there; "
+        f"the busiest: {top} at {cpu:.0f}% of one core"
+    )
     title = f"load ramp ({args.engine} engine, {args.max_tokens} tokens/answer)"
     FIGURES.mkdir(parents=True, exist_ok=True)
     plot_ramp(steps, FIGURES / f"load-ramp-{args.engine}.png", title)
@@ -357,6 +363,8 @@ async def ramp(args, load: Load, watch: Watch, children: list[Child]) -> dict:
             "reason": knee.reason,
             "busiest": top,
             "busiest_cpu": cpu,
+            "stack_cpu": total,
+            "machine_cpu": cores * 100,
         },
         "profile": str(flame) if flame else None,
     }
