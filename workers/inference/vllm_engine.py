@@ -36,10 +36,10 @@ from typing import Any
 
 from schemas.engine_profile import EngineProfile, Target
 from schemas.events import FinishReason
+from workers.inference.chat_prompt import render_prompt
 from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
 from workers.inference.engine_stats import EngineMeter, EngineSnapshot
 from workers.inference.placeholders import bind_images
-from workers.inference.prompt import fit_messages
 
 _FINISH = {
     "stop": FinishReason.STOP,
@@ -269,29 +269,18 @@ class VllmEngine:
     def render(self, request: GenerationRequest) -> list[int]:
         """Prompt token ids, dropping the oldest history until the prompt leaves room for
         the answer (at most half the context is reserved for it)."""
-        budget = self._options.max_model_len - min(
-            request.decoding.max_tokens, self._options.max_model_len // 2
-        )
-        rendered: dict[int, list[int]] = {}
         messages = request.messages
         expansion = 0  # each image token becomes tokens_per_image positions inside vLLM
         if self.vision is not None:
             messages = bind_images(messages, len(request.images), self.vision.image_token)
             expansion = len(request.images) * (self.vision.tokens_per_image - 1)
-
-        def count(messages) -> int:
-            rendered[len(messages)] = self._encode(messages)
-            return len(rendered[len(messages)]) + expansion
-
-        kept, _ = fit_messages(messages, count, budget)
-        return rendered[len(kept)]
-
-    def _encode(self, messages) -> list[int]:
-        chat = [{"role": str(m.role), "content": m.content} for m in messages]
-        encoded = self._tokenizer.apply_chat_template(
-            chat, add_generation_prompt=True, tokenize=True
+        return render_prompt(
+            self._tokenizer,
+            messages,
+            max_model_len=self._options.max_model_len,
+            max_tokens=request.decoding.max_tokens,
+            extra_tokens=expansion,
         )
-        return list(encoded["input_ids"] if not isinstance(encoded, list) else encoded)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         from vllm import SamplingParams
