@@ -169,9 +169,10 @@ def start_pipeline(
     *,
     otlp_endpoint: str = "",
     roles: tuple[str, ...] = (),
+    cwd: Path = REPO,
 ) -> list[Child]:
     """Every role (or those named in `roles`) as a child process; `otlp_endpoint`: with
-    tracing on, exporting there."""
+    tracing on, exporting there; `cwd`: the source tree they run from."""
     tracing = {
         "TURNSTREAM_OTEL_EXPORTER": "otlp-http" if otlp_endpoint else "none",
         "TURNSTREAM_OTEL_ENDPOINT": otlp_endpoint,
@@ -187,7 +188,7 @@ def start_pipeline(
         "TURNSTREAM_LOG_LEVEL": "WARNING",
         **tracing,
     }
-    return start_roles(env, logs, log_prefix="bench-", only=roles)
+    return start_roles(env, logs, log_prefix="bench-", only=roles, cwd=cwd)
 
 
 def report(

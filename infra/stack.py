@@ -47,7 +47,14 @@ class Child:
     """A service process whose output goes to a log file; ready when it prints `ready_text`."""
 
     def __init__(
-        self, name: str, module: str, log_path: Path, env: dict[str, str], *, nice: int = 0
+        self,
+        name: str,
+        module: str,
+        log_path: Path,
+        env: dict[str, str],
+        *,
+        nice: int = 0,
+        cwd: Path = REPO,
     ) -> None:
         self.name = name
         self.log_path = log_path
@@ -56,7 +63,7 @@ class Child:
         niced = ["nice", "-n", str(nice)] if nice and shutil.which("nice") else []
         self.process = subprocess.Popen(
             [*niced, sys.executable, "-m", module],
-            cwd=REPO,
+            cwd=cwd,  # another tree's roles (a benchmark's baseline) win over the installed
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -150,9 +157,10 @@ def start_roles(
     first_step: int = 0,
     steps: int = 0,
     only: tuple[str, ...] = (),
+    cwd: Path = REPO,
 ) -> list[Child]:
     """Start every role (or those whose `log` name is in `only`) and wait until each is
-    ready; on failure stop the ones started."""
+    ready; on failure stop the ones started. `cwd`: the source tree the roles run from."""
     children: list[Child] = []
     roles = [r for r in ROLES if not only or r.log in only]
     try:
@@ -161,7 +169,7 @@ def start_roles(
                 note = f" ({role.note})" if role.note else ""
                 print(f"[{first_step + i}/{steps}] {role.name}{note}", file=sys.stderr)
             log = logs / f"{log_prefix}{role.log}.log"
-            child = Child(role.name, role.module, log, env, nice=role.nice)
+            child = Child(role.name, role.module, log, env, nice=role.nice, cwd=cwd)
             children.append(child)
             child.wait_ready(timeout_s=role.ready_within_s)
     except BaseException:
