@@ -47,6 +47,7 @@ from bench.cost_books import (
     strip_namespace,
     total,
 )
+from bench.load import watched_processes
 from bench.namespace import drop_namespace
 from bench.pipeline_latency import FAKE_TEXT, start_pipeline
 from bench.plotting import save_figure
@@ -74,13 +75,7 @@ class Stack:
 
     def __init__(self, settings: Settings, children: list[Child], home: Path) -> None:
         self.settings = settings
-        self.processes: dict[str, psutil.Process] = {
-            c.name: psutil.Process(c.process.pid) for c in children
-        }
-        for service in ("kafka", "redis"):
-            pidfile = home / "run" / f"{service}.pid"
-            with contextlib.suppress(OSError, ValueError, psutil.Error):
-                self.processes[service] = psutil.Process(int(pidfile.read_text().strip()))
+        self.processes = watched_processes(children, home)
         self.kafka = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False
         )
