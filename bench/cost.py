@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import uvloop
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -80,24 +81,29 @@ class Stack:
             bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False
         )
         self.redis = redis_client(settings.redis_url)
+        self.partitions: list[TopicPartition] = []
 
     async def start(self) -> None:
         await self.kafka.start()
+        await self.find_partitions()
 
     async def close(self) -> None:
         await self.kafka.stop()
         await self.redis.aclose()
 
-    async def read(self) -> Reading:
+    async def read(self) -> tuple[Reading, dict[TopicPartition, int]]:
+        """The counters now, and the end offsets the record counts were summed from (the
+        range `bytes_between` reads back)."""
         at = time.monotonic()
         cpu = {name: _cpu_seconds(p) for name, p in self.processes.items()}
-        records = await self._records()
+        offsets = await self.end_offsets()
         calls = parse_commandstats(await self.redis.info("commandstats"))
-        return Reading(at=at, cpu_s=cpu, records=records, redis_calls=calls)
+        return Reading(at=at, cpu_s=cpu, records=self._records(offsets), redis_calls=calls), offsets
 
-    async def _partitions(self) -> list[TopicPartition]:
-        """Every partition of the namespace's topics, faust's changelogs included (asked
-        each time: a job may create a topic while it runs)."""
+    async def find_partitions(self) -> None:
+        """Every partition of the namespace's topics, faust's changelogs included. Asked once
+        the roles are up (the jobs create their changelogs at start), so the windows'
+        readings cost the broker no metadata requests."""
         prefix = self.settings.namespace + "."
         admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
         await admin.start()
@@ -106,19 +112,22 @@ class Stack:
             described = await admin.describe_topics(topics)
         finally:
             await admin.close()
-        return sorted(
+        self.partitions = sorted(
             TopicPartition(d["topic"], p["partition"]) for d in described for p in d["partitions"]
         )
 
     async def end_offsets(self) -> dict[TopicPartition, int]:
-        return await self.kafka.end_offsets(await self._partitions())
+        return await self.kafka.end_offsets(self.partitions)
 
-    async def _records(self) -> dict[str, int]:
+    def _records(self, offsets: dict[TopicPartition, int]) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for tp, end in (await self.end_offsets()).items():
+        for tp, end in offsets.items():
             topic = strip_namespace(tp.topic, self.settings.namespace)
             counts[topic] = counts.get(topic, 0) + end
         return counts
+
+    async def records(self) -> dict[str, int]:
+        return self._records(await self.end_offsets())
 
     async def bytes_between(
         self, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
@@ -219,7 +228,7 @@ async def wait_for_traces(stack: Stack, before: Reading, turns: int, timeout_s: 
     their part), or the timeout: the analytics work then lands inside the window."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        now = await stack._records()
+        now = await stack.records()
         if now.get("traces", 0) - before.records.get("traces", 0) >= turns:
             await asyncio.sleep(0.5)  # the sink's linger, after the trace reached Kafka
             return
@@ -276,12 +285,11 @@ async def measure_side(label: str, tree: Path, args: argparse.Namespace) -> Side
             # the fake engine echoes the prompt: FAKE_TEXT makes its answers ~32 tokens long
             prompts = (FAKE_TEXT,) if args.engine == "fake" else PROMPTS
             warm = await run_level(clients[:2], 3, args.max_tokens, ids[:2], prompts)
-            await wait_for_traces(stack, await stack.read(), 0)
             print(f"  warm-up: {warm.turns} turns", file=sys.stderr)
             await asyncio.sleep(2)
-            before = await stack.read()
+            before, _ = await stack.read()
             await asyncio.sleep(args.idle_s)
-            result.idle = Window(before, await stack.read(), turns=0)
+            result.idle = Window(before, (await stack.read())[0], turns=0)
             print(
                 f"  idle: {total(result.idle.cpu_percent()):.1f}% of a core in all",
                 file=sys.stderr,
@@ -289,16 +297,15 @@ async def measure_side(label: str, tree: Path, args: argparse.Namespace) -> Side
             for n in levels:
                 result.levels[n], result.ttft_ms[n], result.errors[n] = [], [], 0
                 for r in range(args.repeats):
-                    offsets = await stack.end_offsets()
-                    before = await stack.read()
+                    before, start = await stack.read()
                     run = await run_level(
                         clients[:n], args.seconds, args.max_tokens, ids[:n], prompts
                     )
                     if not run.turns:
                         raise RuntimeError(f"no turn completed at {n} conversations")
                     await wait_for_traces(stack, before, run.turns)
-                    after = await stack.read()
-                    sizes = await stack.bytes_between(offsets, await stack.end_offsets())
+                    after, end = await stack.read()
+                    sizes = await stack.bytes_between(start, end)
                     window = Window(before, after, run.turns, sizes)
                     result.levels[n].append(window)
                     result.ttft_ms[n] += run.ttft_ms
@@ -533,10 +540,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--token-interval-ms", type=float, default=20.0)
     parser.add_argument("--baseline", default="", help="a git ref measured in the same run")
-    args = parser.parse_args()
-    import uvloop
-
-    uvloop.run(main_async(args))
+    uvloop.run(main_async(parser.parse_args()))
 
 
 if __name__ == "__main__":
