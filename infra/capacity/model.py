@@ -1,32 +1,13 @@
 """The capacity model: users → requests → QPS → tokens/s → GPUs per pool → cost, plus Kafka
 partitions, edge processes and CPU roles. Pure arithmetic on frozen dataclasses; no I/O.
 
-The seed's worked example, reconstructed
-----------------------------------------
-The seed design gives only results for 1M DAU: ~520 QPS average, ~1,500 QPS peak, 1.3M
-tokens/s and ~325–1,000 GPUs. The inputs that produce them (the defaults of `Workload` and
-`Hardware.seed_tokens_per_s_per_gpu`):
-
-    1,000,000 DAU × 5 sessions/user/day × 9 rounds/session = 45,000,000 requests/day
-    45,000,000 ÷ (24 active hours × 3,600 s)               = 520.8 QPS average   (seed ~520)
-    520.8 × peak factor 3                                   = 1,562.5 QPS peak    (seed ~1,500)
-    520.8 × (2,000 prompt + 500 output = 2,500 tokens)      = 1.302M tokens/s     (seed 1.3M)
-    1,562.5 × 2,500                                         = 3.906M tokens/s at peak
-    1.302M ÷ 4,000 tokens/s per GPU                         = 325.5 GPUs average  (seed 325)
-    3.906M ÷ 4,000                                          = 976.6 GPUs at peak  (seed ~1,000)
-    977 GPUs × $2.00/h × 720 h                              = $1,406,880/month    (no seed figure)
-
-Why these inputs. 520 QPS from 45M requests/day only works with 24 active hours (16 h would
-give 781 QPS). 1.3M ÷ 520.8 = 2,496 tokens per request: the 2,000 + 500 of the brief. 325 GPUs
-= 1.3M ÷ 4,000, so 4,000 tokens/s (prompt and output together) per GPU. The seed's numbers are
-not all reproducible by one set of inputs: a peak of exactly 1,500 QPS needs a peak factor of
-2.88, and then 1,000 GPUs at peak needs 3,750 tokens/s per GPU while 325 at average needs
-4,000. We keep the three exact figures exact (520, 1.3M, 325) with the usual peak factor of 3
-and one per-GPU rate; the seed rounded 1,562.5 down to "~1,500" and 976.6 up to "~1,000" (both
-within 5%). We read "325–1,000" as average → peak at one per-GPU rate, not as one load over a
-range of per-GPU rates (1.3M ÷ 4,000 … ÷ 1,300), because the seed computes a peak QPS for a
-reason. The seed names no GPU price: $2.00 per GPU-hour (an H100-class cloud price) is ours.
-`seed_estimate` is that arithmetic; `SEED_FIGURES` holds the seed's own numbers to print beside.
+The seed's worked example
+-------------------------
+The defaults of `Workload` and `Hardware` are the seed's own inputs (DESIGN.md §4): 1M DAU × 3
+sessions × 5 rounds, 8 active hours, a 3× burst buffer, 2,000 + 500 tokens, 4,000 tokens/s per
+GPU, $3 per GPU-hour. `seed_estimate` is the seed's arithmetic on them (520.8 QPS, 1.30M
+tokens/s, 325.5 → 976.6 GPUs); `infra/capacity/seed.py` recomputes every figure of the example
+(the $2.16M static month, the $300K–400K autoscaled one) and says how each is read.
 
 The planner proper (`plan`)
 ---------------------------
@@ -47,18 +28,22 @@ Default hardware (assumed, H100-80GB class under vLLM, bf16; replace with `measu
 chat ≈ an 8B model on 1 GPU: prefill 20k tokens/s, decode 3k tokens/s, 64 sequences;
 reasoning ≈ a 32B model on 2 GPUs: per GPU prefill 6k, decode 1k tokens/s, 24 sequences.
 
-Autoscaling follows an hourly diurnal curve (`DEFAULT_DIURNAL`: one region's consumer day,
-trough at 04:00 at 0.19× the daily mean, peak at 21:00 at 1.86×). Each hour is provisioned for
-its mean load times the within-hour burst that the peak factor leaves (3 ÷ 1.86 = 1.61), plus
+Autoscaling follows an hourly curve: by default the seed's, flat over the active hours and
+empty outside them (`active_hours_curve`); `CONSUMER_DIURNAL` is one region's consumer day
+(trough at 04:00 at 0.19× the daily mean, peak at 21:00 at 1.86×) for a 24-hour day. Each hour
+is provisioned for its mean load times the within-hour burst the peak QPS leaves over the
+busiest hour's mean (3.0 on the seed's flat day, 3 ÷ 1.86 = 1.61 on the consumer day), plus
 `margin`, never below a floor (`min_replicas`, `min_fraction_of_peak` of the peak replicas),
-never above the static peak; a replica takes `scale_up_lag_min` to start (weights, CUDA graphs),
-so the last minutes of an hour before a rise already run the next hour's replicas.
+never above the static peak; a replica takes `scale_up_lag_min` to start (weights, CUDA
+graphs), so the last minutes of an hour before a rise already run the next hour's replicas.
 
-Platform figures are ours, measured on the 2-core box (README): one edge process holds 10k
-connections at 21 KB and delivers 5,000 tokens/s; CPU per turn by role (sink 4.3 ms, assembly
-3.7, traces 3.0, safety 1.8, preprocess 1.3, TTS 0.1); speech: ~0.67 core-s of Whisper per
-spoken turn, piper ~16 ms of CPU per spoken character. Kafka partitions are sized at 10 MB/s
-and 10k messages/s each, at least one per consumer process, rounded to 2^k or 3·2^k.
+The fleet around the GPUs (`fleet.py`) comes from the cost benchmark's measured CPU per turn of
+every role, the broker and Redis included, and its Kafka records and bytes per turn
+(`costs.py`: `--from-cost` reads a `bench.cost` results file; the default is one embedded
+reading). One edge process holds 10k connections at 21 KB and delivers 5,000 tokens/s
+(bench.connections); speech: ~0.67 core-s of Whisper per spoken turn, piper ~16 ms of CPU per
+spoken character. Kafka partitions are sized at 10 MB/s and 10k messages/s each, at least one
+per consumer process, rounded to 2^k or 3·2^k.
 """
 
 # ruff: noqa: RUF001, RUF002, RUF003  (× ÷ – are the arithmetic this module documents)
@@ -67,23 +52,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from infra.capacity.costs import DEFAULT_COSTS, FleetParameters, PlatformCosts
+from infra.capacity.fleet import Fleet, RoleFleet, size_fleet
 
 HOURS_PER_MONTH = 24 * 30
 SECONDS_PER_HOUR = 3600.0
 
-# The seed design's own figures for its 1M DAU example (printed beside ours).
-SEED_FIGURES: Mapping[str, float] = {
-    "dau": 1_000_000,
-    "avg_qps": 520,
-    "peak_qps": 1_500,
-    "tokens_per_s": 1_300_000,
-    "gpus_low": 325,
-    "gpus_high": 1_000,
-}
-
 # Relative load per hour of the day (0..23, one region's consumer chat day); normalised to a
 # mean of 1 where used, so only the shape matters.
-DEFAULT_DIURNAL: tuple[float, ...] = (
+CONSUMER_DIURNAL: tuple[float, ...] = (
     0.50, 0.35, 0.25, 0.20, 0.18, 0.22, 0.35, 0.60, 0.85, 1.05, 1.15, 1.20,
     1.25, 1.20, 1.15, 1.15, 1.20, 1.30, 1.45, 1.60, 1.75, 1.80, 1.50, 0.95,
 )  # fmt: skip
@@ -112,22 +91,44 @@ class Workload:
     """Who uses the product and how much; the defaults are the seed's example."""
 
     dau: float = 1_000_000
-    sessions_per_user_per_day: float = 5
-    rounds_per_session: float = 9
+    sessions_per_user_per_day: float = 3
+    rounds_per_session: float = 5
     prompt_tokens: float = 2_000  # mean over pools, history included
     output_tokens: float = 500  # mean over pools
-    active_hours_per_day: float = 24
+    active_hours_per_day: float = 8  # the day's traffic falls in these hours (seed: ~8)
     peak_factor: float = 3.0  # peak QPS ÷ average QPS
     pools: tuple[PoolMix, ...] = DEFAULT_POOLS
     prefix_cache_hit_rate: float = 0.0  # prompt tokens served from the prefix cache
     think_time_s: float = 20.0  # a user reads and types between rounds (connection held)
     connection_linger_s: float = 60.0  # socket kept open after a session's last answer
     voice_share: float = 0.0  # turns spoken in and answered in speech
-    diurnal: tuple[float, ...] = DEFAULT_DIURNAL
+    # relative load per hour; None: flat over the active hours (the seed's reading)
+    diurnal: tuple[float, ...] | None = None
 
     @property
     def requests_per_day(self) -> float:
         return self.dau * self.sessions_per_user_per_day * self.rounds_per_session
+
+    @property
+    def hourly_shape(self) -> tuple[float, ...]:
+        return (
+            self.diurnal
+            if self.diurnal is not None
+            else active_hours_curve(self.active_hours_per_day)
+        )
+
+
+def active_hours_curve(hours: float, last_hour: int = 22) -> tuple[float, ...]:
+    """The seed's day: all traffic, evenly, in the `hours` hours before `last_hour`:00 (a
+    fractional first hour gets its fraction), nothing in the others."""
+    shape = [0.0] * 24
+    left = hours
+    h = last_hour - 1
+    while left > 1e-9:
+        shape[h % 24] = min(1.0, left)
+        left -= 1.0
+        h -= 1
+    return tuple(shape)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class PoolHardware:
     decode_tokens_per_s_per_gpu: float
     max_seqs_per_gpu: float
     gpus_per_replica: int = 1
-    gpu_usd_per_hour: float = 2.0
+    gpu_usd_per_hour: float = 3.0  # the seed's price
     user_tokens_per_s: float = 70.0  # one stream's decode speed (design target ~70)
     ttft_s: float = 0.3  # time to first token inside an answer's duration
     source: str = "assumed"
@@ -159,7 +160,7 @@ class Hardware:
     target_utilisation: float = 0.8  # plan GPUs to run at most this busy
     ttft_target_s: float = 0.3  # the design's TTFT p99 target, for notes only
     seed_tokens_per_s_per_gpu: float = 4_000  # the seed's one rate (prompt + output)
-    seed_gpu_usd_per_hour: float = 2.0
+    seed_gpu_usd_per_hour: float = 3.0  # the seed's price per GPU-hour
 
 
 @dataclass(frozen=True)
@@ -168,18 +169,6 @@ class Autoscaling:
     min_fraction_of_peak: float = 0.15  # warm floor, of the peak replicas
     scale_up_lag_min: float = 10.0  # a new replica's start: pull, load weights, warm up
     margin: float = 0.10  # extra over the hour's need while following load
-
-
-def default_role_cpu_ms() -> dict[str, float]:
-    """CPU per turn by CPU role, measured here (README "Attributed 2026-11-30")."""
-    return {
-        "preprocess": 1.3,
-        "assembly": 3.7,
-        "traces": 3.0,
-        "sink": 4.3,
-        "safety": 1.8,
-        "tts": 0.1,
-    }
 
 
 @dataclass(frozen=True)
@@ -191,8 +180,8 @@ class Platform:
     kafka_partition_mb_per_s: float = 10.0
     kafka_partition_msgs_per_s: float = 10_000
     max_partitions_per_topic: int = 4_096  # beyond: split into cells (a topic per cell)
-    role_cpu_ms_per_turn: Mapping[str, float] = field(default_factory=default_role_cpu_ms)
-    role_cpu_utilisation: float = 0.6  # one core per Python process, kept below saturation
+    costs: PlatformCosts = DEFAULT_COSTS  # per turn, by role (bench.cost; costs.py)
+    fleet: FleetParameters = field(default_factory=FleetParameters)
     asr_core_s_per_voice_turn: float = 0.67  # Whisper tiny.en int8, 12 audio-s/s on 2 cores
     tts_core_ms_per_char: float = 16.0  # piper, 150–330 ms per 15-character piece
     chars_per_token: float = 4.0
@@ -296,15 +285,9 @@ class EdgePlan:
     output_tokens_per_s_peak: float
     by_connections: int
     by_tokens: int
+    by_cpu: int
     processes: int
     memory_gb: float
-
-
-@dataclass(frozen=True)
-class RolePlan:
-    name: str
-    cores_peak: float
-    processes: int
 
 
 @dataclass(frozen=True)
@@ -315,7 +298,7 @@ class Plan:
     pools: tuple[PoolPlan, ...]
     topics: tuple[TopicPlan, ...]
     edge: EdgePlan
-    roles: tuple[RolePlan, ...]
+    fleet: Fleet  # every CPU role, brokers and Redis at peak
     gpus_peak: int
     gpus_avg: int
     hourly_gpus_autoscaled: tuple[int, ...]  # all pools, per hour
@@ -324,6 +307,10 @@ class Plan:
     usd_per_million_tokens_static: float
     usd_per_million_tokens_autoscaled: float
     notes: tuple[str, ...]
+
+    @property
+    def roles(self) -> tuple[RoleFleet, ...]:
+        return self.fleet.roles
 
 
 # --- arithmetic ------------------------------------------------------------------------------
@@ -377,7 +364,8 @@ def validate(inputs: Inputs) -> None:
         raise ValueError("active hours per day must be in (0, 24]")
     if w.peak_factor < 1:
         raise ValueError("the peak factor is peak ÷ average: ≥ 1")
-    if len(w.diurnal) != 24 or min(w.diurnal) < 0 or sum(w.diurnal) <= 0:
+    shape = w.hourly_shape
+    if len(shape) != 24 or min(shape) < 0 or sum(shape) <= 0:
         raise ValueError("the diurnal curve needs 24 non-negative values, not all zero")
     if not w.pools:
         raise ValueError("at least one pool")
@@ -502,8 +490,9 @@ def plan(inputs: Inputs | None = None) -> Plan:
     seed = seed_estimate(w, h)
     per_day = w.requests_per_day
     avg_qps = seed.avg_qps
-    mean_shape = sum(w.diurnal) / 24
-    hourly_qps = tuple(per_day * v / (24 * mean_shape) / SECONDS_PER_HOUR for v in w.diurnal)
+    shape = w.hourly_shape
+    mean_shape = sum(shape) / 24
+    hourly_qps = tuple(per_day * v / (24 * mean_shape) / SECONDS_PER_HOUR for v in shape)
     peak_qps = max(seed.peak_qps, *hourly_qps)
     burst = peak_qps / max(hourly_qps) if max(hourly_qps) > 0 else 1.0
     pools = [
@@ -540,8 +529,14 @@ def plan(inputs: Inputs | None = None) -> Plan:
         hourly_qps=hourly_qps,
         tokens_per_month=per_day * 30 * (prompt_tokens + output_tokens),
     )
-    roles = _roles(load, w, p, output_tokens)
+    bounds = {
+        "edge": _edge_bounds(load, p),
+        # one inference worker (the Python around an engine) per replica, whatever its CPU
+        "inference": {"replicas": sum(pp.replicas_peak for pp in pools)},
+    }
+    roles = _fleet(load, w, p, output_tokens, bounds, mb_per_s=0.0, partitions=0).roles
     topics = _topics(load, w, p, pools, roles)
+    fleet = _fleet(load, w, p, output_tokens, bounds, **_kafka_volume(load, p, topics))
     for t in topics:
         if t.cells > 1:
             notes.append(
@@ -549,7 +544,7 @@ def plan(inputs: Inputs | None = None) -> Plan:
                 f"({p.max_partitions_per_topic:,}): split the pool into {t.cells} cells, "
                 "each with its own topic (and router)"
             )
-    edge = _edge(load, p)
+    edge = _edge(load, p, bounds["edge"], fleet.role("edge"))
     if edge.by_tokens > edge.by_connections and p.edge_tokens_per_s == Platform().edge_tokens_per_s:
         notes.append(
             f"edges are sized by tokens delivered: {p.edge_tokens_per_s:,.0f} tokens/s per "
@@ -570,7 +565,7 @@ def plan(inputs: Inputs | None = None) -> Plan:
         pools=tuple(pools),
         topics=topics,
         edge=edge,
-        roles=roles,
+        fleet=fleet,
         gpus_peak=sum(pp.gpus_peak for pp in pools),
         gpus_avg=sum(pp.gpus_avg for pp in pools),
         hourly_gpus_autoscaled=hourly_gpus,
@@ -582,20 +577,47 @@ def plan(inputs: Inputs | None = None) -> Plan:
     )
 
 
-def _roles(load: Load, w: Workload, p: Platform, output_tokens: float) -> tuple[RolePlan, ...]:
-    """CPU processes per role at peak: measured CPU per turn, plus speech for voice turns."""
+def _fleet(
+    load: Load,
+    w: Workload,
+    p: Platform,
+    output_tokens: float,
+    bounds: dict[str, dict[str, int]],
+    *,
+    mb_per_s: float,
+    partitions: int,
+) -> Fleet:
+    """The non-GPU fleet at peak: measured CPU per turn per role, plus speech for voice
+    turns; `bounds` are other lower bounds per role (an edge's connections and tokens, one
+    inference worker per GPU replica)."""
     voice_qps = load.peak_qps * w.voice_share
     spoken_chars = output_tokens * p.chars_per_token
-    roles = []
-    for name, ms in p.role_cpu_ms_per_turn.items():
-        cores = load.peak_qps * ms / 1000
-        if name == "preprocess":
-            cores += voice_qps * p.asr_core_s_per_voice_turn
-        if name == "tts":
-            cores += voice_qps * spoken_chars * p.tts_core_ms_per_char / 1000
-        processes = max(1, _ceil(cores / p.role_cpu_utilisation))
-        roles.append(RolePlan(name, cores, processes))
-    return tuple(roles)
+    extra = {
+        "preprocess": voice_qps * p.asr_core_s_per_voice_turn,
+        "tts": voice_qps * spoken_chars * p.tts_core_ms_per_char / 1000,
+    }
+    return size_fleet(
+        load.peak_qps,
+        p.costs,
+        p.fleet,
+        extra_cores=extra,
+        at_least=bounds,
+        mb_per_s=mb_per_s,
+        partitions=partitions,
+    )
+
+
+def _kafka_volume(load: Load, p: Platform, topics: tuple[TopicPlan, ...]) -> dict[str, Any]:
+    """MB/s written and partitions: the planned topics (sized for the workload's lengths),
+    plus the topics only the cost benchmark knows (changelogs, verdicts), at their measured
+    bytes per turn and the largest planned topic's partitions (a changelog has its source's)."""
+    planned = {t.name for t in topics}
+    widest = max((t.partitions for t in topics), default=1)
+    measured_only = [n for n in p.costs.bytes_per_turn if n not in planned]
+    mb = sum(t.mb_per_s_peak for t in topics)
+    mb += load.peak_qps * sum(p.costs.bytes_per_turn[n] for n in measured_only) / 1e6
+    partitions = sum(t.partitions for t in topics) + widest * len(measured_only)
+    return {"mb_per_s": mb, "partitions": partitions}
 
 
 def _topics(
@@ -603,7 +625,7 @@ def _topics(
     w: Workload,
     p: Platform,
     pools: list[PoolPlan],
-    roles: tuple[RolePlan, ...],
+    roles: tuple[RoleFleet, ...],
 ) -> tuple[TopicPlan, ...]:
     """Partitions per topic: peak messages and bytes ÷ one partition's rate, and at least one
     partition per process of each consuming group (a process without one idles)."""
@@ -656,15 +678,25 @@ def _topic(
     )
 
 
-def _edge(load: Load, p: Platform) -> EdgePlan:
-    """Edge processes: enough for the connections held and for the tokens delivered."""
-    by_conn = _ceil(load.concurrent_connections_peak / p.edge_connections)
-    by_tokens = _ceil(load.output_tokens_per_s_peak / p.edge_tokens_per_s)
+def _edge_bounds(load: Load, p: Platform) -> dict[str, int]:
+    """Edge processes enough for the connections held and for the tokens delivered."""
+    return {
+        "connections": _ceil(load.concurrent_connections_peak / p.edge_connections),
+        "tokens": _ceil(load.output_tokens_per_s_peak / p.edge_tokens_per_s),
+        "floor": p.min_edge_processes,
+    }
+
+
+def _edge(load: Load, p: Platform, bounds: dict[str, int], sized: RoleFleet) -> EdgePlan:
+    """The edge's plan: its bounds beside the processes the fleet sizing chose."""
+    cpu_cores = load.peak_qps * p.costs.cpu_ms_per_turn.get("edge", 0.0) / 1000
+    usable = p.fleet.role_cpu_utilisation - p.costs.idle_core_share.get("edge", 0.0)
     return EdgePlan(
         connections_peak=load.concurrent_connections_peak,
         output_tokens_per_s_peak=load.output_tokens_per_s_peak,
-        by_connections=by_conn,
-        by_tokens=by_tokens,
-        processes=max(p.min_edge_processes, by_conn, by_tokens),
+        by_connections=bounds["connections"],
+        by_tokens=bounds["tokens"],
+        by_cpu=_ceil(cpu_cores / usable),
+        processes=sized.processes,
         memory_gb=load.concurrent_connections_peak * p.edge_kb_per_connection / 1e6,
     )

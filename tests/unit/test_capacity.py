@@ -29,16 +29,18 @@ from infra.capacity.measured import (
     traces_sql,
 )
 from infra.capacity.model import (
-    SEED_FIGURES,
+    CONSUMER_DIURNAL,
     Autoscaling,
     Hardware,
     Inputs,
     PoolMix,
     Workload,
+    active_hours_curve,
     friendly_count,
     plan,
     seed_estimate,
 )
+from infra.capacity.seed import SEED_FIGURES, figures, reconstruct
 
 
 def with_workload(**kw: object) -> Inputs:
@@ -65,18 +67,42 @@ def scaled_hardware(factor: float) -> Hardware:
 
 def test_the_seed_example_comes_out_of_the_defaults() -> None:
     s = seed_estimate(Workload(), Hardware())
-    assert s.requests_per_day == 45_000_000  # 1M × 5 sessions × 9 rounds
-    assert s.avg_qps == pytest.approx(45e6 / 86_400)
-    assert math.floor(s.avg_qps) == SEED_FIGURES["avg_qps"]  # 520.8, "~520"
+    assert s.requests_per_day == 15_000_000  # 1M × 3 sessions × 5 rounds
+    assert s.avg_qps == pytest.approx(15e6 / (8 * 3_600))  # 8 active hours
     assert s.peak_qps == pytest.approx(1_562.5)  # × 3
-    assert s.peak_qps == pytest.approx(SEED_FIGURES["peak_qps"], rel=0.05)  # "~1,500"
     assert s.tokens_per_s_avg == pytest.approx(1_302_083.3, abs=0.1)
-    assert round(s.tokens_per_s_avg, -5) == SEED_FIGURES["tokens_per_s"]  # "1.3M"
     assert s.gpus_avg == pytest.approx(325.52, abs=0.01)
-    assert math.floor(s.gpus_avg) == SEED_FIGURES["gpus_low"]  # 325
     assert s.gpus_peak == pytest.approx(976.56, abs=0.01)
-    assert round(s.gpus_peak, -2) == SEED_FIGURES["gpus_high"]  # "~1,000"
-    assert s.cost_month_static_usd == 977 * 2.0 * 720
+    assert s.cost_month_static_usd == 977 * 3.0 * 720
+
+
+def test_every_figure_of_the_worked_example_is_the_seeds() -> None:
+    r = reconstruct()
+    assert r.gpus_peak_rounded == 1_000
+    assert r.cost_month_static_usd == 2_160_000  # 1,000 × $3 × 24 × 30
+    assert r.cost_month_autoscaled_usd == (
+        (326 * 8 + 50 * 16) * 30 * 3.0,
+        (326 * 8 + 100 * 16) * 30 * 3.0,
+    )
+    shown = figures(r)
+    assert len(shown) == 11
+    assert [f.name for f in shown if not f.matches] == []
+    # and the check can fail: other inputs are not the seed's example
+    other = figures(reconstruct(replace(Workload(), active_hours_per_day=24)))
+    assert {f.name for f in other if not f.matches} >= {"QPS average", "$/month static"}
+    dearer = figures(reconstruct(hardware=replace(Hardware(), seed_gpu_usd_per_hour=2.0)))
+    assert "$/month static" in {f.name for f in dearer if not f.matches}
+
+
+def test_the_seeds_day_is_flat_over_its_active_hours() -> None:
+    day = active_hours_curve(8)
+    assert sum(day) == 8 and day.count(1.0) == 8 and day[21] == 1.0 and day[13] == 0.0
+    assert sum(active_hours_curve(7.5)) == pytest.approx(7.5)
+    assert active_hours_curve(24) == (1.0,) * 24
+    p = plan()
+    assert max(p.load.hourly_qps) == pytest.approx(p.load.avg_qps)  # 520.8 in each hour
+    assert p.load.burst == pytest.approx(3.0)
+    assert sum(q > 0 for q in p.load.hourly_qps) == 8
 
 
 def test_the_planner_keeps_the_seed_load_exactly() -> None:
@@ -90,7 +116,7 @@ def test_the_planner_keeps_the_seed_load_exactly() -> None:
     assert p.load.prompt_tokens_per_s_avg == pytest.approx(s.avg_qps * 2_000)
     assert p.load.output_tokens_per_s_avg == pytest.approx(s.avg_qps * 500)
     # and its GPUs land in the seed's range
-    assert SEED_FIGURES["gpus_low"] * 0.8 < p.gpus_avg < p.gpus_peak < SEED_FIGURES["gpus_high"]
+    assert SEED_FIGURES["gpus_avg"] * 0.8 < p.gpus_avg < p.gpus_peak < SEED_FIGURES["gpus_peak"]
 
 
 def test_littles_law_streams_and_pool_lengths() -> None:
@@ -172,14 +198,14 @@ def test_autoscaling_never_costs_more_than_static(
 
 
 def test_autoscaling_saves_on_a_curved_day_and_nothing_on_a_flat_one() -> None:
-    curved = plan(with_workload(dau=1e7))
+    curved = plan(with_workload(dau=1e7, active_hours_per_day=24, diurnal=CONSUMER_DIURNAL))
     assert curved.cost_month_autoscaled_usd < 0.8 * curved.cost_month_static_usd
     flat = plan(with_workload(dau=1e7, peak_factor=1.0, diurnal=(1.0,) * 24))
     assert flat.cost_month_autoscaled_usd == pytest.approx(flat.cost_month_static_usd)
-    pinned = plan(replace(with_workload(dau=1e7), autoscaling=Autoscaling(min_fraction_of_peak=1)))
+    pinned = plan(replace(curved.inputs, autoscaling=Autoscaling(min_fraction_of_peak=1)))
     assert pinned.cost_month_autoscaled_usd == pytest.approx(pinned.cost_month_static_usd)
     # starting replicas before the rise costs GPU-hours
-    eager = plan(replace(with_workload(dau=1e7), autoscaling=Autoscaling(scale_up_lag_min=30)))
+    eager = plan(replace(curved.inputs, autoscaling=Autoscaling(scale_up_lag_min=30)))
     assert eager.cost_month_autoscaled_usd > curved.cost_month_autoscaled_usd
 
 
@@ -213,13 +239,14 @@ def test_every_consumer_gets_a_partition(dau: float) -> None:
         assert any("cells" in n for n in p.notes)
 
 
-def test_edges_take_the_larger_of_connections_and_tokens() -> None:
+def test_edges_take_the_largest_of_connections_tokens_and_cpu() -> None:
     p = plan()
     e = p.edge
     assert e.by_tokens == math.ceil(p.load.output_tokens_per_s_peak / 5_000)
-    assert e.processes == max(e.by_connections, e.by_tokens, 2)
+    assert e.processes == max(e.by_connections, e.by_tokens, e.by_cpu, 2)
+    assert e.processes == p.fleet.role("edge").processes
     roomy = plan(replace(Inputs(), platform=replace(Inputs().platform, edge_tokens_per_s=1e9)))
-    assert roomy.edge.processes == max(roomy.edge.by_connections, 2)
+    assert roomy.edge.processes == max(roomy.edge.by_connections, roomy.edge.by_cpu, 2)
     assert roomy.edge.by_connections == math.ceil(roomy.edge.connections_peak / 10_000)
 
 
@@ -423,6 +450,9 @@ def test_cli_seed_example_side_by_side() -> None:
     rc, text = run_cli("--seed-example")
     assert rc == 0
     assert "~1,500" in text and "1,562.5" in text and "325.5" in text and "976.6" in text
+    assert "$2.16M" in text and "$306,720" in text and "$378,720" in text
+    assert " NO" not in text  # every figure is the seed's
+    assert "a consumer day (24 h curve)" in text
 
 
 def test_cli_from_bench_and_plot(tmp_path: Path) -> None:
