@@ -124,8 +124,15 @@ class FlakyClient:
     def __init__(self, client, failures: int) -> None:
         self.client = client
         self.failures = failures
+        self.described = 0  # the sink reading the table's column types
+        self.inserts = 0
+
+    def create_insert_context(self, *args, **kwargs):
+        self.described += 1
+        return self.client.create_insert_context(*args, **kwargs)
 
     def insert(self, *args, **kwargs):
+        self.inserts += 1
         if self.failures > 0:
             self.failures -= 1
             raise ConnectionError("ClickHouse is down")
@@ -145,6 +152,9 @@ async def test_an_outage_is_waited_out_without_loss(services, clickhouse):
         await wait_for_rows(clickhouse, "outage", 80)
     assert sink.stats.clickhouse_failures == 3
     assert await asyncio.to_thread(count, clickhouse, "outage", False) == 80  # no repeats
+    # the column types are read once, and again after each failed insert: not per insert
+    assert sink.stats.inserts >= 2 and flaky.inserts == sink.stats.inserts + 3
+    assert flaky.described == 1 + 3
 
 
 class DyingClient:
