@@ -19,7 +19,7 @@ from workers.inference.engine import GenerationRequest
 from workers.inference.engine_stats import EngineMeter, EngineSnapshot
 from workers.inference.fake_engine import FakeEngine
 from workers.inference.gauges import TurnGauges
-from workers.inference.metrics import MetricsPublisher
+from workers.inference.metrics import QUIET_HEARTBEAT_S, MetricsPublisher
 from workers.sink.rows import WORKER_METRICS_COLUMNS, RowRejected, worker_metrics_row
 
 # ---- folding engine stats ---------------------------------------------------------------
@@ -194,6 +194,41 @@ async def test_each_sample_carries_gauges_and_the_counts_of_its_interval():
     assert {(topic, key) for topic, _, key in producer.sent} == {
         ("ns.workers.metrics", b"inference-w1")
     }
+
+
+async def test_an_idle_worker_publishes_when_it_goes_idle_then_a_heartbeat():
+    engine, producer = Engine(), Producer()
+    pub = publisher(engine, producer)
+    engine.state = EngineSnapshot(running=1, generation_tokens=10)
+    await pub.tick()  # busy
+    engine.state = EngineSnapshot(generation_tokens=10)
+    await pub.tick()  # idle now: published (the transition)
+    ticks = int(QUIET_HEARTBEAT_S * 1000 / 500)
+    for _ in range(ticks - 1):
+        await pub.tick()
+    assert len(producer.sent) == 2 and pub.quiet == ticks - 1
+    await pub.tick()  # QUIET_HEARTBEAT_S since the last one: a heartbeat
+    busy, idle, beat = sent_events(producer)
+    assert (busy.running, idle.running, idle.generation_tokens) == (1, 0, 0)
+    assert beat.interval_ms == QUIET_HEARTBEAT_S * 1000 and beat.generation_tokens == 0
+
+
+async def test_work_after_an_idle_stretch_loses_no_time_and_no_counts():
+    engine, producer = Engine(), Producer()
+    pub = publisher(engine, producer)
+    start = pub.clock_ms()
+    for _ in range(6):  # idle from the start: the first is published, five held back
+        await pub.tick()
+    engine.state = EngineSnapshot(running=2, generation_tokens=7)
+    await pub.tick()
+    engine.state = EngineSnapshot(running=2, generation_tokens=19)
+    await pub.tick()
+    first, stretch, busy, busier = sent_events(producer)
+    assert (stretch.running, stretch.interval_ms) == (0, 5 * 500)  # the held-back ticks
+    assert (busy.running, busy.interval_ms, busy.generation_tokens) == (2, 500, 7)
+    assert busier.generation_tokens == 12
+    total = sum(e.interval_ms for e in (first, stretch, busy, busier))
+    assert total == pub.clock_ms() - start  # every millisecond is in some sample
 
 
 async def test_an_unanswering_broker_holds_one_record_and_loses_no_counts():

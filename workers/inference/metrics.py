@@ -3,10 +3,17 @@ every TURNSTREAM_METRICS_INTERVAL_MS, for the infrastructure monitoring layer (t
 sink writes `worker_metrics`) and for load-aware routing.
 
 Metrics must never cost a turn anything: the publisher runs in its own task, reads only
-in-memory counts, and keeps at most one record on its way to the broker. While the broker
+in-memory counts, and keeps at most one record on its way to the broker (two for a moment
+when an idle stretch ends, see below). While the broker
 does not answer, samples are skipped (their counts roll into the next sample, which covers
 the longer `interval_ms`) instead of piling up in the producer that also carries
 `turns.completed`. Nothing but cancellation ends the task.
+
+An idle worker publishes one sample when it becomes idle and then one every
+`QUIET_HEARTBEAT_S`, not one every interval: idle samples were most of what the broker and the
+sink handled with no traffic (five inserts a second into `worker_metrics` of nothing). No time
+is lost from the table: a sample's `interval_ms` runs from the last published one, and when
+work starts again the idle stretch is published first, then the busy sample for its own tick.
 """
 
 from __future__ import annotations
@@ -67,6 +74,24 @@ def export_counts(event: WorkerMetrics) -> None:
     prom.PREFIX_CACHE.labels(event.pool, "miss").inc(max(0, event.prefix_cache_queries - hits))
 
 
+QUIET_HEARTBEAT_S = 10.0  # an idle worker still publishes this often (it is alive)
+
+
+def is_idle(event: WorkerMetrics) -> bool:
+    """Nothing running, waiting, queued or held, and nothing counted in the interval."""
+    busy = (
+        event.running,
+        event.waiting,
+        event.queue_depth,
+        event.in_flight,
+        event.prompt_tokens,
+        event.generation_tokens,
+        event.prefix_cache_queries,
+        event.preemptions,
+    )
+    return not any(busy)
+
+
 class MetricsPublisher:
     def __init__(
         self,
@@ -94,6 +119,9 @@ class MetricsPublisher:
         self._base = (clock_ms(), engine.snapshot())  # the last published sample's time, counts
         self._pending: asyncio.Future | None = None
         self._failing = False
+        self.quiet = 0  # idle ticks held back (the worker idle, and idle when last published)
+        self._quiet: tuple[WorkerMetrics, EngineSnapshot] | None = None  # the latest of them
+        self._last_idle = False
 
     def sample(self) -> tuple[WorkerMetrics, EngineSnapshot]:
         """The event for now (counters since the last published sample), and the engine's
@@ -129,13 +157,32 @@ class MetricsPublisher:
             await self.tick()
 
     async def tick(self) -> None:
-        """Hand one sample to the producer, unless the last one is still on its way; never
-        raises (a failure is logged once, and again when publishing recovers)."""
+        """Hand one sample to the producer, unless the last one is still on its way or the
+        worker stays idle (see `QUIET_HEARTBEAT_S`); never raises (a failure is logged once,
+        and again when publishing recovers)."""
         if self._pending is not None and not self._pending.done():
             self.skipped += 1
             return
         try:
             event, snapshot = self.sample()
+        except Exception as err:
+            self._failure(err)
+            return
+        if is_idle(event) and self._last_idle:
+            if event.at_ms - self._base[0] < QUIET_HEARTBEAT_S * 1000:
+                self._quiet = (event, snapshot)  # nothing new: held back
+                self.quiet += 1
+                return
+        elif self._quiet is not None:
+            # the idle stretch up to the last quiet tick first, so the busy sample's
+            # interval holds only busy time
+            if not await self._publish(*self._quiet):
+                return
+            event, snapshot = self.sample()
+        await self._publish(event, snapshot)
+
+    async def _publish(self, event: WorkerMetrics, snapshot: EngineSnapshot) -> bool:
+        try:
             # send() waits only for room and metadata; bounded, so a dead broker costs a
             # skipped sample, not a stuck task.
             async with asyncio.timeout(max(self.interval_s, 0.05)):
@@ -146,11 +193,14 @@ class MetricsPublisher:
             raise
         except Exception as err:
             self._failure(err)
-            return
+            return False
         self._base = (event.at_ms, snapshot)
+        self._quiet = None
+        self._last_idle = is_idle(event)
         export_counts(event)
         self.published += 1
         self._pending.add_done_callback(self._delivered)
+        return True
 
     def _delivered(self, future: asyncio.Future) -> None:
         if future.cancelled():
