@@ -229,8 +229,9 @@ class Settings:
     )
     sink_linger_ms: float = _var(
         "TURNSTREAM_SINK_LINGER_MS",
-        200.0,
-        "Longest a row waits for its batch to fill (the visibility lag of a quiet topic).",
+        1000.0,
+        "Longest a row waits for its batch to fill (the visibility lag of a quiet topic); "
+        "each insert is a new part for ClickHouse to merge, so about one a second per table.",
     )
     # --- inference worker -------------------------------------------------------------------
     worker_id: str = _var("TURNSTREAM_WORKER_ID", "", "This worker's id (empty: random).")
@@ -645,9 +646,10 @@ class Settings:
     )
     fetch_max_wait_ms: int = _var(
         "TURNSTREAM_FETCH_MAX_WAIT_MS",
-        100,
-        "Longest a Kafka fetch waits for data; the broker answers as soon as a record lands "
-        "(measured: same TTFT at 5 and 100 ms, half the broker CPU at 100).",
+        500,
+        "Longest a Kafka fetch waits for data (Kafka's default); the broker answers as soon "
+        "as a record lands, so only idle consumers notice: each costs the broker a fetch "
+        "per wait (docs/cost.md).",
     )
 
     @classmethod
