@@ -70,28 +70,28 @@ class PlatformCosts:
 def _default_costs() -> PlatformCosts:
     return PlatformCosts(
         cpu_ms_per_turn={
-            "edge": 3.60,
-            "preprocess": 1.31,
-            "safety": 2.11,
+            "edge": 3.73,
+            "preprocess": 1.34,
+            "safety": 2.08,
             "tts": 0.0,
-            "assembly": 5.46,
-            "traces": 5.00,
-            "sink": 4.85,
-            "inference": 4.77,
-            "broker": 4.53,
-            "redis": 1.42,
+            "assembly": 4.83,
+            "traces": 4.11,
+            "sink": 4.11,
+            "inference": 5.12,
+            "broker": 5.31,
+            "redis": 1.39,
         },
         idle_core_share={
-            "edge": 0.0,
+            "edge": 0.001,
             "preprocess": 0.008,
-            "safety": 0.008,
-            "tts": 0.008,
-            "assembly": 0.006,
-            "traces": 0.006,
-            "sink": 0.062,
-            "inference": 0.012,
-            "broker": 0.083,
-            "redis": 0.003,
+            "safety": 0.006,
+            "tts": 0.006,
+            "assembly": 0.007,
+            "traces": 0.008,
+            "sink": 0.027,
+            "inference": 0.016,
+            "broker": 0.068,
+            "redis": 0.005,
         },
         records_per_turn={
             "assembly-conversations-changelog": 2.0,
@@ -108,26 +108,26 @@ def _default_costs() -> PlatformCosts:
             "workers.metrics": 0.04,
         },
         bytes_per_turn={
-            "assembly-conversations-changelog": 9590,
-            "inference.chat": 3797,
+            "assembly-conversations-changelog": 9453,
+            "inference.chat": 3739,
             "safety.verdicts": 1093,
             "safety.windows": 762,
             "traces": 2300,
-            "traces-pending-changelog": 2797,
+            "traces-pending-changelog": 2790,
             "traces.ticks": 0,
-            "turns.assembled": 3797,
+            "turns.assembled": 3739,
             "turns.completed": 1061,
-            "turns.enriched": 966,
+            "turns.enriched": 967,
             "turns.submitted": 645,
             "workers.metrics": 17,
         },
-        redis_commands_per_turn=293.7,
+        redis_commands_per_turn=292.7,
         answer_tokens=32,
-        turns_per_s=46.2,
+        turns_per_s=47.1,
         source=(
-            "bench.cost 2026-12-02 00:25, main at bc5f7f1, fake engine, 2 cores, "
-            "64 conversations (`python -m bench.cost --baseline HEAD --concurrency 1,16,64 "
-            "--seconds 6 --repeats 3 --idle-s 10`)"
+            "bench.cost 2026-12-02 01:41, main at c794cd8, fake engine, 2 cores, "
+            "64 conversations (`python -m bench.cost --baseline 29e130f --concurrency 1,16,64 "
+            "--seconds 6 --repeats 3 --idle-s 15`)"
         ),
     )
 

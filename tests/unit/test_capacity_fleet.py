@@ -183,7 +183,10 @@ def test_the_plan_sizes_the_fleet_from_the_costs_it_is_given() -> None:
     assert hundred.load.peak_qps == pytest.approx(100 * today.load.peak_qps)
     sink = hundred.fleet.role("sink")
     assert sink.processes == math.ceil(
-        hundred.load.peak_qps * DEFAULT_COSTS.cpu_ms_per_turn["sink"] / 1000 / (0.6 - 0.062)
+        hundred.load.peak_qps
+        * DEFAULT_COSTS.cpu_ms_per_turn["sink"]
+        / 1000
+        / (0.6 - DEFAULT_COSTS.idle_core_share["sink"])
     )
     assert hundred.fleet.brokers.brokers > today.fleet.brokers.brokers
     assert hundred.fleet.redis.shards > today.fleet.redis.shards
