@@ -124,41 +124,24 @@ def figures(r: SeedReconstruction) -> tuple[Figure, ...]:
     def near(ours: float, seed: float) -> bool:
         return abs(ours - seed) <= ROUNDING * seed
 
+    def exact(name: str, written: str, ours: float, key: str) -> Figure:
+        return Figure(name, written, ours, ours == f[key])
+
     lo, hi = f["cost_month_autoscaled_low_usd"], f["cost_month_autoscaled_high_usd"]
     monthly = r.cost_month_autoscaled_usd
     saving = r.autoscaling_saving
     return (
-        Figure(
-            "requests/day", "15M", r.requests_per_day, r.requests_per_day == f["requests_per_day"]
-        ),
+        exact("requests/day", "15M", r.requests_per_day, "requests_per_day"),
         Figure("QPS average", "≈ 520", r.avg_qps, near(r.avg_qps, f["avg_qps"])),
         Figure("QPS at peak (3× buffer)", "~1,500", r.peak_qps, near(r.peak_qps, f["peak_qps"])),
-        Figure(
-            "tokens per request",
-            "2,500",
-            r.tokens_per_request,
-            r.tokens_per_request == f["tokens_per_request"],
-        ),
+        exact("tokens per request", "2,500", r.tokens_per_request, "tokens_per_request"),
         Figure("tokens/s", "≈ 1.3M", r.tokens_per_s, near(r.tokens_per_s, f["tokens_per_s"])),
         Figure("GPUs average", "≈ 325", r.gpus_avg, near(r.gpus_avg, f["gpus_avg"])),
         Figure("GPUs at peak", "≈ 1,000", r.gpus_peak, near(r.gpus_peak, f["gpus_peak"])),
-        Figure(
-            "$/month static",
-            "$2.16M",
-            r.cost_month_static_usd,
-            r.cost_month_static_usd == f["cost_month_static_usd"],
-        ),
-        Figure(
-            "$/month autoscaled, low floor",
-            "$300K–400K",
-            monthly[0],
-            lo <= monthly[0] <= hi,
-        ),
-        Figure(
-            "$/month autoscaled, high floor",
-            "$300K–400K",
-            monthly[1],
-            lo <= monthly[1] <= hi,
+        exact("$/month static", "$2.16M", r.cost_month_static_usd, "cost_month_static_usd"),
+        *(
+            Figure(f"$/month autoscaled, {which} floor", "$300K–400K", usd, lo <= usd <= hi)
+            for which, usd in zip(("low", "high"), monthly, strict=True)
         ),
         Figure(
             "autoscaling saves",
