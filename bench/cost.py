@@ -13,10 +13,11 @@ are counted by reading the window's records back. The arithmetic is `bench/cost_
 
     python -m bench.cost                                  # this tree, fake engine
     python -m bench.cost --baseline origin/main~3         # side by side with a commit
+    python -m bench.cost --baseline main --rounds 2       # A B B A: windows pooled per side
     python -m bench.cost --engine vllm --concurrency 1,16
 
 Prints a table, writes JSON and a plot under bench/results/ (the plot also to bench/figures/).
-The spreads are the lowest and highest of the repeats.
+The spreads are the lowest and highest of the repeats (of every round, with `--rounds`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from bench.cost_books import (
     Reading,
     Spread,
     Window,
+    mean_cpu_percent,
     parse_commandstats,
     spread_by_key,
     strip_namespace,
@@ -242,7 +244,7 @@ async def wait_for_traces(stack: Stack, before: Reading, turns: int, timeout_s: 
 @dataclass
 class SideResult:
     label: str
-    idle: Window | None = None
+    idle: list[Window] = field(default_factory=list)  # one per round
     levels: dict[int, list[Window]] = field(default_factory=dict)
     ttft_ms: dict[int, list[float]] = field(default_factory=dict)
     errors: dict[int, int] = field(default_factory=dict)
@@ -289,9 +291,9 @@ async def measure_side(label: str, tree: Path, args: argparse.Namespace) -> Side
             await asyncio.sleep(2)
             before, _ = await stack.read()
             await asyncio.sleep(args.idle_s)
-            result.idle = Window(before, (await stack.read())[0], turns=0)
+            result.idle = [Window(before, (await stack.read())[0], turns=0)]
             print(
-                f"  idle: {total(result.idle.cpu_percent()):.1f}% of a core in all",
+                f"  idle: {total(result.idle[0].cpu_percent()):.1f}% of a core in all",
                 file=sys.stderr,
             )
             for n in levels:
@@ -323,14 +325,28 @@ async def measure_side(label: str, tree: Path, args: argparse.Namespace) -> Side
     return result
 
 
+def merge(a: SideResult, b: SideResult) -> SideResult:
+    """Two rounds of one side as one: their windows pooled (the spreads then cover the
+    differences between runs too, not only between the windows of one run)."""
+    levels = {n: [*a.levels.get(n, []), *b.levels.get(n, [])] for n in {*a.levels, *b.levels}}
+    return SideResult(
+        label=a.label,
+        idle=[*a.idle, *b.idle],
+        levels=dict(sorted(levels.items())),
+        ttft_ms={n: [*a.ttft_ms.get(n, []), *b.ttft_ms.get(n, [])] for n in levels},
+        errors={n: a.errors.get(n, 0) + b.errors.get(n, 0) for n in levels},
+    )
+
+
 # ---------------------------------------------------------------------------- report
 
 
 def summarise(side: SideResult) -> dict:
     out: dict = {"label": side.label, "levels": {}}
-    idle = side.idle.cpu_percent() if side.idle is not None else {}
+    idle = mean_cpu_percent(side.idle)
     if idle:
         out["idle_cpu_percent"] = {**idle, "total": total(idle)}
+        out["idle_cpu_percent_total_by_round"] = [total(mean_cpu_percent([w])) for w in side.idle]
     for n, windows in side.levels.items():
         cpu = [w.cpu_ms_per_turn() for w in windows]
         above = [w.cpu_ms_per_turn_above(idle) for w in windows]
@@ -379,6 +395,9 @@ def print_report(summaries: list[dict]) -> None:
                 if k != "total"
             )
             print(f"idle: {idle['total']:.1f}% of a core ({parts})")
+            rounds = summary.get("idle_cpu_percent_total_by_round", [])
+            if len(rounds) > 1:
+                print("  by round: " + ", ".join(f"{x:.1f}%" for x in rounds))
         for n, level in summary["levels"].items():
             print(
                 f"\n{n} conversations: {level['turns']} turns ({level['errors']} errors), "
@@ -502,14 +521,20 @@ async def main_async(args: argparse.Namespace) -> None:
     await asyncio.to_thread(
         subprocess.run, [str(REPO / "infra" / "services.sh"), "start"], check=True, cwd=REPO
     )
-    this = this_tree_label()
-    sides: list[SideResult] = []
+    trees = [(this_tree_label(), REPO)]
     with contextlib.ExitStack() as exits:
         if args.baseline:
             sha, path = exits.enter_context(baseline_tree(args.baseline))
-            sides.append(await measure_side(f"baseline {sha}", path, args))
-        sides.append(await measure_side(this, REPO, args))
-    summaries = [summarise(s) for s in sides]
+            trees.insert(0, (f"baseline {sha}", path))
+        sides: dict[str, SideResult] = {}
+        for r in range(args.rounds):
+            # alternate the order: neither side always gets the fresher (or warmer) machine
+            for label, tree in trees if r % 2 == 0 else trees[::-1]:
+                if args.rounds > 1:
+                    print(f"round {r + 1}/{args.rounds}: {label}", file=sys.stderr)
+                measured = await measure_side(label, tree, args)
+                sides[label] = merge(sides[label], measured) if label in sides else measured
+    summaries = [summarise(sides[label]) for label, _ in trees]
     print_report(summaries)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"cost-{args.engine}"
@@ -519,6 +544,7 @@ async def main_async(args: argparse.Namespace) -> None:
         "engine": args.engine,
         "seconds": args.seconds,
         "repeats": args.repeats,
+        "rounds": args.rounds,
         "max_tokens": args.max_tokens,
         "token_interval_ms": args.token_interval_ms,
         "cores": psutil.cpu_count(),
@@ -540,6 +566,13 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--token-interval-ms", type=float, default=20.0)
     parser.add_argument("--baseline", default="", help="a git ref measured in the same run")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each side this many times, alternating which goes first; the windows "
+        "of all rounds are pooled (one run's noise is ~10 points of idle: docs/cost.md)",
+    )
     uvloop.run(main_async(parser.parse_args()))
 
 

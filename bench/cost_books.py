@@ -108,6 +108,19 @@ def spread_by_key(samples: Sequence[Mapping[str, float]]) -> dict[str, Spread]:
     return {k: Spread.of([s.get(k, 0.0) for s in samples]) for k in keys}
 
 
+def mean_cpu_percent(windows: Sequence[Window]) -> dict[str, float]:
+    """Each process's CPU over several windows (the idle ones of several rounds), in % of one
+    core: all their CPU over all their time, so a longer window weighs more."""
+    seconds = sum(w.seconds for w in windows)
+    if seconds <= 0:
+        return {}
+    used: dict[str, float] = {}
+    for w in windows:
+        for name, after in w.after.cpu_s.items():
+            used[name] = used.get(name, 0.0) + after - w.before.cpu_s.get(name, 0.0)
+    return {name: 100 * cpu / seconds for name, cpu in used.items()}
+
+
 def total(sample: Mapping[str, float]) -> float:
     return sum(v for v in sample.values() if not math.isnan(v))
 

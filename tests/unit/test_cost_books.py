@@ -10,6 +10,7 @@ from bench.cost_books import (
     Reading,
     Spread,
     Window,
+    mean_cpu_percent,
     parse_commandstats,
     spread_by_key,
     strip_namespace,
@@ -80,3 +81,34 @@ def test_commandstats_and_namespaces() -> None:
         "traces-pending-changelog"
     )
     assert strip_namespace("traces", "") == "traces"
+
+
+def test_idle_over_rounds_is_all_their_cpu_over_all_their_time() -> None:
+    short = Window(reading(0, {"kafka": 0.0}, {}, {}), reading(10, {"kafka": 1.0}, {}, {}), 0)
+    long = Window(
+        reading(100, {"kafka": 5.0}, {}, {}), reading(130, {"kafka": 5.6, "sink": 0.3}, {}, {}), 0
+    )
+    mean = mean_cpu_percent([short, long])
+    assert mean["kafka"] == pytest.approx(100 * 1.6 / 40)  # not the mean of 10% and 2%
+    assert mean["sink"] == pytest.approx(100 * 0.3 / 40)
+    assert mean_cpu_percent([]) == {}
+
+
+def test_rounds_of_one_side_pool_their_windows() -> None:
+    from bench.cost import SideResult, merge
+
+    def w(turns: int) -> Window:
+        return Window(reading(0, {}, {}, {}), reading(1, {}, {}, {}), turns)
+
+    a = SideResult("this", idle=[w(0)], levels={16: [w(1)]}, ttft_ms={16: [5.0]}, errors={16: 1})
+    b = SideResult(
+        "this",
+        idle=[w(0)],
+        levels={16: [w(2)], 64: [w(3)]},
+        ttft_ms={16: [6.0], 64: [7.0]},
+        errors={16: 2, 64: 0},
+    )
+    m = merge(a, b)
+    assert [x.turns for x in m.levels[16]] == [1, 2] and [x.turns for x in m.levels[64]] == [3]
+    assert list(m.levels) == [16, 64] and len(m.idle) == 2
+    assert m.ttft_ms == {16: [5.0, 6.0], 64: [7.0]} and m.errors == {16: 3, 64: 0}
