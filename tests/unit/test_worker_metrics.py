@@ -349,3 +349,27 @@ def test_a_metrics_row_in_column_order():
 def test_absurd_samples_are_rejected_with_the_reason(fields, says):
     with pytest.raises(RowRejected, match=says):
         worker_metrics_row(metrics(**fields), now_ms=now_ms())
+
+
+async def test_a_snapshot_failing_after_an_idle_stretch_costs_a_sample_not_the_task():
+    class FailsOnce(Engine):
+        calls_left: int | None = None
+
+        def snapshot(self) -> EngineSnapshot:
+            if self.calls_left is not None:
+                self.calls_left -= 1
+                if self.calls_left < 0:
+                    self.calls_left = None
+                    raise RuntimeError("no stats")
+            return self.state
+
+    engine, producer = FailsOnce(), Producer()
+    pub = publisher(engine, producer)
+    for _ in range(3):  # idle: one published, two held back
+        await pub.tick()
+    engine.state = EngineSnapshot(running=1, generation_tokens=4)
+    engine.calls_left = 1  # the busy tick's first snapshot works, the one after the stretch fails
+    await pub.tick()
+    assert pub.failed == 1 and len(producer.sent) == 2  # the first idle one and the stretch
+    await pub.tick()  # and it goes on
+    assert sent_events(producer)[-1].running == 1

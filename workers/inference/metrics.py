@@ -4,10 +4,10 @@ sink writes `worker_metrics`) and for load-aware routing.
 
 Metrics must never cost a turn anything: the publisher runs in its own task, reads only
 in-memory counts, and keeps at most one record on its way to the broker (two for a moment
-when an idle stretch ends, see below). While the broker
-does not answer, samples are skipped (their counts roll into the next sample, which covers
-the longer `interval_ms`) instead of piling up in the producer that also carries
-`turns.completed`. Nothing but cancellation ends the task.
+when an idle stretch ends, see below). While the broker does not answer, samples are skipped
+(their counts roll into the next sample, which covers the longer `interval_ms`) instead of
+piling up in the producer that also carries `turns.completed`. Nothing but cancellation
+ends the task.
 
 An idle worker publishes one sample when it becomes idle and then one every
 `QUIET_HEARTBEAT_S`, not one every interval: idle samples were most of what the broker and the
@@ -178,7 +178,11 @@ class MetricsPublisher:
             # interval holds only busy time
             if not await self._publish(*self._quiet):
                 return
-            event, snapshot = self.sample()
+            try:
+                event, snapshot = self.sample()
+            except Exception as err:
+                self._failure(err)
+                return
         await self._publish(event, snapshot)
 
     async def _publish(self, event: WorkerMetrics, snapshot: EngineSnapshot) -> bool:
