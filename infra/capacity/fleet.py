@@ -81,9 +81,11 @@ def role_fleet(
     params: FleetParameters,
     *,
     at_least: Mapping[str, int] | None = None,
+    cpu_ms_per_turn: float = 0.0,
 ) -> RoleFleet:
     """One role's processes for `work_cores` of work; `at_least` holds other bounds by name
-    (an edge's connections and tokens), the largest of which wins."""
+    (an edge's connections and tokens), the largest of which wins. `cpu_ms_per_turn` is
+    carried for the report."""
     usable = params.role_cpu_utilisation - idle_share
     if usable <= 0:
         raise ValueError(
@@ -96,7 +98,7 @@ def role_fleet(
     processes = bounds[bound]
     return RoleFleet(
         name=name,
-        cpu_ms_per_turn=0.0,
+        cpu_ms_per_turn=cpu_ms_per_turn,
         cores_peak=work_cores + processes * idle_share,
         processes=processes,
         bound=bound,
@@ -154,33 +156,50 @@ def redis_fleet(qps: float, costs: PlatformCosts, params: FleetParameters) -> Re
     )
 
 
-def size_fleet(
+def size_roles(
     qps: float,
     costs: PlatformCosts,
     params: FleetParameters,
     *,
     extra_cores: Mapping[str, float] | None = None,
     at_least: Mapping[str, Mapping[str, int]] | None = None,
+) -> tuple[RoleFleet, ...]:
+    """Every CPU role (not the brokers or Redis) at `qps` turns/s. `extra_cores` adds work a
+    role does beyond the measured turn (speech for voice turns); `at_least` adds bounds per
+    role."""
+    extra_cores = extra_cores or {}
+    at_least = at_least or {}
+    return tuple(
+        role_fleet(
+            name,
+            qps * ms / 1000 + extra_cores.get(name, 0.0),
+            costs.idle_core_share.get(name, 0.0),
+            params,
+            at_least=at_least.get(name),
+            cpu_ms_per_turn=ms,
+        )
+        for name, ms in costs.cpu_ms_per_turn.items()
+        if name not in ("broker", "redis")
+    )
+
+
+def size_fleet(
+    qps: float,
+    costs: PlatformCosts,
+    params: FleetParameters,
+    *,
+    roles: tuple[RoleFleet, ...] | None = None,
     mb_per_s: float,
     partitions: int,
 ) -> Fleet:
-    """The whole non-GPU fleet at `qps` turns/s. `extra_cores` adds work a role does beyond
-    the measured turn (speech for voice turns); `at_least` adds bounds per role."""
-    extra_cores = extra_cores or {}
-    at_least = at_least or {}
-    roles = []
-    for name, ms in costs.cpu_ms_per_turn.items():
-        if name in ("broker", "redis"):
-            continue
-        work = qps * ms / 1000 + extra_cores.get(name, 0.0)
-        r = role_fleet(
-            name, work, costs.idle_core_share.get(name, 0.0), params, at_least=at_least.get(name)
-        )
-        roles.append(RoleFleet(name, ms, r.cores_peak, r.processes, r.bound))
+    """The whole non-GPU fleet at `qps` turns/s: `roles` as `size_roles` sized them (by
+    default with no extra work or bounds), the brokers for `mb_per_s` over `partitions`, and
+    Redis."""
+    roles = roles if roles is not None else size_roles(qps, costs, params)
     brokers = broker_fleet(qps, costs, params, mb_per_s=mb_per_s, partitions=partitions)
     redis = redis_fleet(qps, costs, params)
     return Fleet(
-        roles=tuple(roles),
+        roles=roles,
         brokers=brokers,
         redis=redis,
         cores_total=sum(r.cores_peak for r in roles) + brokers.cores + redis.cores,

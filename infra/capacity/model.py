@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.capacity.costs import DEFAULT_COSTS, FleetParameters, PlatformCosts
-from infra.capacity.fleet import Fleet, RoleFleet, size_fleet
+from infra.capacity.fleet import Fleet, RoleFleet, size_fleet, size_roles
 
 HOURS_PER_MONTH = 24 * 30
 SECONDS_PER_HOUR = 3600.0
@@ -534,9 +534,11 @@ def plan(inputs: Inputs | None = None) -> Plan:
         # one inference worker (the Python around an engine) per replica, whatever its CPU
         "inference": {"replicas": sum(pp.replicas_peak for pp in pools)},
     }
-    roles = _fleet(load, w, p, output_tokens, bounds, mb_per_s=0.0, partitions=0).roles
+    roles = _roles(load, w, p, output_tokens, bounds)
     topics = _topics(load, w, p, pools, roles)
-    fleet = _fleet(load, w, p, output_tokens, bounds, **_kafka_volume(load, p, topics))
+    fleet = size_fleet(
+        load.peak_qps, p.costs, p.fleet, roles=roles, **_kafka_volume(load, p, topics)
+    )
     for t in topics:
         if t.cells > 1:
             notes.append(
@@ -577,18 +579,15 @@ def plan(inputs: Inputs | None = None) -> Plan:
     )
 
 
-def _fleet(
+def _roles(
     load: Load,
     w: Workload,
     p: Platform,
     output_tokens: float,
     bounds: dict[str, dict[str, int]],
-    *,
-    mb_per_s: float,
-    partitions: int,
-) -> Fleet:
-    """The non-GPU fleet at peak: measured CPU per turn per role, plus speech for voice
-    turns; `bounds` are other lower bounds per role (an edge's connections and tokens, one
+) -> tuple[RoleFleet, ...]:
+    """The CPU roles at peak: measured CPU per turn per role, plus speech for voice turns;
+    `bounds` are other lower bounds per role (an edge's connections and tokens, one
     inference worker per GPU replica)."""
     voice_qps = load.peak_qps * w.voice_share
     spoken_chars = output_tokens * p.chars_per_token
@@ -596,15 +595,7 @@ def _fleet(
         "preprocess": voice_qps * p.asr_core_s_per_voice_turn,
         "tts": voice_qps * spoken_chars * p.tts_core_ms_per_char / 1000,
     }
-    return size_fleet(
-        load.peak_qps,
-        p.costs,
-        p.fleet,
-        extra_cores=extra,
-        at_least=bounds,
-        mb_per_s=mb_per_s,
-        partitions=partitions,
-    )
+    return size_roles(load.peak_qps, p.costs, p.fleet, extra_cores=extra, at_least=bounds)
 
 
 def _kafka_volume(load: Load, p: Platform, topics: tuple[TopicPlan, ...]) -> dict[str, Any]:
