@@ -163,11 +163,10 @@ class MetricsPublisher:
         if self._pending is not None and not self._pending.done():
             self.skipped += 1
             return
-        try:
-            event, snapshot = self.sample()
-        except Exception as err:
-            self._failure(err)
+        sampled = self._sample_or_fail()
+        if sampled is None:
             return
+        event, snapshot = sampled
         if is_idle(event) and self._last_idle:
             if event.at_ms - self._base[0] < QUIET_HEARTBEAT_S * 1000:
                 self._quiet = (event, snapshot)  # nothing new: held back
@@ -178,12 +177,19 @@ class MetricsPublisher:
             # interval holds only busy time
             if not await self._publish(*self._quiet):
                 return
-            try:
-                event, snapshot = self.sample()
-            except Exception as err:
-                self._failure(err)
+            sampled = self._sample_or_fail()
+            if sampled is None:
                 return
+            event, snapshot = sampled
         await self._publish(event, snapshot)
+
+    def _sample_or_fail(self) -> tuple[WorkerMetrics, EngineSnapshot] | None:
+        """`sample()`, or None with the failure counted (a broken engine costs a sample)."""
+        try:
+            return self.sample()
+        except Exception as err:
+            self._failure(err)
+            return None
 
     async def _publish(self, event: WorkerMetrics, snapshot: EngineSnapshot) -> bool:
         try:
