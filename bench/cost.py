@@ -483,9 +483,7 @@ def plot(summaries: list[dict], title: str) -> Path | None:
 @contextlib.contextmanager
 def baseline_tree(ref: str):
     """A detached worktree of `ref` beside this one (removed afterwards)."""
-    sha = subprocess.run(
-        ["git", "rev-parse", "--short", ref], cwd=REPO, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    sha = git("rev-parse", "--short", ref)
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnstream-baseline-{sha}"
     if path.exists():
         shutil.rmtree(path)
@@ -498,22 +496,16 @@ def baseline_tree(ref: str):
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO, check=False)
 
 
+def git(*args: str) -> str:
+    """A git command's output in this repository, stripped (raises when git fails)."""
+    done = subprocess.run(["git", *args], cwd=REPO, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
 def this_tree_label() -> str:
     """`this tree (<sha>)`, with `+changes` when tracked files differ from the commit."""
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
     return f"this tree ({head}{'+changes' if dirty else ''})"
 
 
