@@ -52,10 +52,10 @@ from bench.cost_books import (
 )
 from bench.load import watched_processes
 from bench.namespace import drop_namespace
-from bench.pipeline_latency import FAKE_TEXT, start_pipeline
+from bench.pipeline_latency import FAKE_TEXT, stack_settings, start_pipeline
 from bench.plotting import save_figure
 from bench.stats import percentile
-from infra.stack import REPO, Child, free_port, stop_roles
+from infra.stack import REPO, Child, stop_roles
 from schemas.channels import redis_client
 from schemas.settings import Settings
 from ws_edge.auth import mint_token
@@ -253,13 +253,7 @@ class SideResult:
 async def measure_side(label: str, tree: Path, args: argparse.Namespace) -> SideResult:
     base = Settings.from_env()
     levels = [int(x) for x in args.concurrency.split(",")]
-    settings = Settings.from_env(
-        namespace=f"cost-{uuid.uuid4().hex[:6]}",
-        edge_port=free_port(),
-        engine=args.engine,
-        fake_token_interval_ms=args.token_interval_ms,
-        max_inflight_turns=max(levels) * 2,
-    )
+    settings = stack_settings("cost", args.engine, args.token_interval_ms, max(levels))
     print(f"[{label}] topics and roles from {tree}", file=sys.stderr)
     await asyncio.to_thread(
         subprocess.run,

@@ -322,16 +322,24 @@ async def measure_pipeline(
     return measured
 
 
+def stack_settings(
+    prefix: str, engine: str, token_interval_ms: float, most_conversations: int
+) -> Settings:
+    """Settings of a benchmark's own stack: a fresh namespace, a free edge port, the engine
+    asked for, and room for every conversation's turn in flight (twice over)."""
+    return Settings.from_env(
+        namespace=f"{prefix}-{uuid.uuid4().hex[:6]}",
+        edge_port=free_port(),
+        engine=engine,
+        fake_token_interval_ms=token_interval_ms,
+        max_inflight_turns=most_conversations * 2,
+    )
+
+
 async def main_async(args: argparse.Namespace) -> None:
     levels = [int(x) for x in args.concurrency.split(",")]
     base = Settings.from_env()
-    settings = Settings.from_env(
-        namespace=f"bench-{uuid.uuid4().hex[:6]}",
-        edge_port=free_port(),
-        engine=args.engine,
-        fake_token_interval_ms=args.token_interval_ms,
-        max_inflight_turns=max(levels) * 2,
-    )
+    settings = stack_settings("bench", args.engine, args.token_interval_ms, max(levels))
     await asyncio.to_thread(
         subprocess.run, [str(REPO / "infra" / "services.sh"), "start"], check=True, cwd=REPO
     )
