@@ -28,7 +28,7 @@ from producers.replay.plan import (
     pace_offsets_s,
     submitted_for,
 )
-from producers.replay.source import partitions_of, stop_consumer
+from producers.replay.source import partitions_of
 from producers.turn_publisher import TurnPublisher
 from schemas.blobs import BlobStore, blob_store
 from schemas.channels import RedisNames
@@ -40,6 +40,7 @@ from schemas.ids import now_ms
 from schemas.settings import Settings
 from schemas.topics import TURNS_COMPLETED, TURNS_SUBMITTED
 from schemas.traces import Prices
+from workers.runtime.ranges import stop_consumer
 
 REPLAY_TIMEOUT = "replay_timeout"
 MEDIA_TTL_S = 24 * 3600

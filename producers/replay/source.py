@@ -17,22 +17,11 @@ from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import TurnSubmitted
 from schemas.flywheel import EvalItem, EvalSetManifest, read_jsonl
+from workers.runtime.ranges import stop_consumer
 
 
 class SourceError(RuntimeError):
     """The source cannot be read as asked (a missing set, a tampered file, no such topic)."""
-
-
-async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
-    """Stop a group-less consumer. aiokafka 0.14's no-group coordinator re-raises the
-    cancellation of its own helper task from `stop()` when that task never got to run;
-    that one is swallowed, a cancellation of the caller is not."""
-    try:
-        await consumer.stop()
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str, attempts: int = 5) -> set[int]:

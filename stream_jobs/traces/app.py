@@ -1,23 +1,30 @@
-"""The traces job: a faust agent over the turn topics, a table of unfinished traces.
+"""The traces job: a faust agent over the turn topics, the unfinished traces in memory.
 
-The table is keyed by turn id; a turn's events share a partition (keyed by conversation),
-so its row lives there too. When a trace is complete it goes to Kafka `traces` and the row
-is deleted. A completed turn seen again (a redelivery) is recognised by a short memory of
-recent turn ids, so the sink's deduplication is the second line, not the first.
+A turn's events share a partition (keyed by conversation), so its open trace lives with the
+partition's other open turns (`open_turns.OpenTurns`). When a trace is complete it goes to
+Kafka `traces`. Nothing is written per event: when the job gets a partition (at start, after
+a crash, in a rebalance) it rebuilds the partition's open turns from the events it had
+already processed, read back from the source topics (`open_turns.rebuild`). A completed
+turn seen again (a redelivery) is recognised by a short memory of recent turn ids, so the
+sink's deduplication is the second line, not the first.
 
-Timeouts: faust only lets a table change while one of its partition's events is processed,
-so the job sends itself a tick per partition (topic `traces.ticks`, co-partitioned) every
-`TURNSTREAM_TRACE_TICK_S`; on a tick it closes the partition's turns older than
+Timeouts: the job sends itself a tick per partition (topic `traces.ticks`, co-partitioned)
+every `TURNSTREAM_TRACE_TICK_S`; on a tick it closes the partition's turns older than
 `TURNSTREAM_TRACE_TIMEOUT_S` with a `timed_out` trace, and the completed turns that waited
-longer than `TURNSTREAM_TRACE_ASSEMBLY_GRACE_S` for their `turn.assembled` without it.
+longer than `TURNSTREAM_TRACE_ASSEMBLY_GRACE_S` for their `turn.assembled` without it. The
+ticks are replayed with the rest, so a rebuild closes what the job had closed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
-from collections import defaultdict
+import time
+from typing import Any
 
 import faust
+from aiokafka import TopicPartition
 
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
@@ -35,19 +42,14 @@ from schemas.topics import (
 from schemas.tracing.propagation import from_traceparent, has_context, incoming_context
 from schemas.tracing.spans import consuming, producing
 from stream_jobs.faust_app import make_app
-from stream_jobs.traces.state import (
-    awaiting_assembly,
-    decode_pending,
-    encode_pending,
-    expired,
-    joins,
-    on_event,
-    timed_out,
-)
+from stream_jobs.traces.open_turns import TICK, OpenTurns, rebuild, replay_horizon_ms
+from stream_jobs.traces.rebuild import processed_records
+from stream_jobs.traces.state import joins
 
 log = logging.getLogger("turnstream.traces")
 
 RECENT = 4096  # emitted turn ids remembered per process
+REBUILD_RETRY_S = (0.5, 1.0, 2.0, 5.0)  # then every 5 s: a partition is not folded unrebuilt
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -59,39 +61,42 @@ class TracesJob:
         ns = settings.namespace
         sources = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_ASSEMBLED, TURNS_COMPLETED)
         self.ticks_topic = TRACE_TICKS.full_name(ns)
+        self.read_topics = (*(t.full_name(ns) for t in sources), self.ticks_topic)
         self.app_id = app.conf.id
-        self.source = app.topic(*(t.full_name(ns) for t in sources), self.ticks_topic)
+        self.bootstrap = settings.kafka_bootstrap
+        self.source = app.topic(*self.read_topics)
         self.traces = app.topic(TRACES.full_name(ns))
         self.ticks = app.topic(self.ticks_topic)
-        self.table = app.Table(
-            "pending", partitions=TURNS_SUBMITTED.partitions, key_type=bytes, value_type=bytes
-        )
         self.timeout_ms = settings.trace_timeout_s * 1000
         self.grace_ms = settings.trace_assembly_grace_s * 1000
-        # completed turns still waiting for their assembly, with when the completion came
-        self.awaiting: dict[int, dict[bytes, float]] = defaultdict(dict)
+        self.tick_ms = settings.trace_tick_s * 1000
+        # the open turns of each partition this process holds (rebuilt when it gets one)
+        self.turns: dict[int, OpenTurns] = {}
         self.recent: dict[str, None] = {}
-        # Open turns per partition, with when they were first seen: a tick on a partition
-        # closes its expired turns (table writes must happen in that partition's events).
-        self.opened: dict[int, dict[bytes, float]] = defaultdict(dict)
-        self._indexed: set[int] = set()
         app.agent(self.source, name="join")(self._consume)
         app.timer(interval=settings.trace_tick_s)(self._tick)
+        app.on_partitions_revoked.connect(self._on_revoked)
 
     async def _tick(self) -> None:
         for partition in range(TRACE_TICKS.partitions):
             await self.ticks.send(value=b"tick", partition=partition)
 
+    async def _on_revoked(self, sender: Any, revoked: set, **kwargs: Any) -> None:
+        """A partition given away is forgotten: whoever gets it next rebuilds it (faust has
+        drained its events first, so nothing is folded into a forgotten partition)."""
+        for tp in revoked:
+            self.turns.pop(tp.partition, None)
+
     async def _consume(self, stream: faust.Stream) -> None:
         async for event in stream.events():
             partition = event.message.partition
-            self._index_recovered(partition)
+            turns = self.turns.get(partition) or await self._rebuilt(partition)
             if event.message.topic == self.ticks_topic:
-                await self._close_expired(partition)
+                await self._close_expired(turns)
                 continue
-            await self._join(event, partition)
+            await self._join(event, turns, partition)
 
-    async def _join(self, record: faust.types.EventT, partition: int) -> None:
+    async def _join(self, record: faust.types.EventT, turns: OpenTurns, partition: int) -> None:
         try:
             event = decode(record.value)
         except DecodeError as err:
@@ -107,55 +112,74 @@ class TracesJob:
             offset=record.message.offset,
             group=self.app_id,
         ):
-            await self._fold(event, partition)
+            trace = turns.fold(event, now_ms())
+            if trace is not None:
+                await self._emit(trace)
 
-    async def _fold(self, event: AnyEvent, partition: int) -> None:
-        key = event.turn_id.encode()
-        pending = decode_pending(self.table.get(key))
-        trace = on_event(pending, event)
-        if trace is None:
-            self.table[key] = encode_pending(pending)
-            self.opened[partition].setdefault(key, now_ms())
-            if awaiting_assembly(pending):
-                self.awaiting[partition].setdefault(key, now_ms())
-            return
-        await self._emit(trace, key, partition)
-
-    async def _close_expired(self, partition: int) -> None:
-        now = now_ms()
-        late = expired(self.awaiting[partition], now, self.grace_ms)
-        for key in dict.fromkeys(late + expired(self.opened[partition], now, self.timeout_ms)):
-            trace = timed_out(decode_pending(self.table.get(key)), key.decode(), now)
-            if trace is None:
-                log.warning("dropping turn %s: timed out and never submitted", key.decode())
-                self.opened[partition].pop(key, None)
-                self.table.pop(key, None)
+    async def _close_expired(self, turns: OpenTurns) -> None:
+        for closed in turns.close_expired(now_ms(), self.timeout_ms, self.grace_ms):
+            if closed.trace is None:
+                log.warning("dropping turn %s: timed out and never submitted", closed.key.decode())
                 continue
-            await self._emit(trace, key, partition)
+            await self._emit(closed.trace)
 
-    async def _emit(self, trace: TraceRecorded, key: bytes, partition: int) -> None:
+    async def _emit(self, trace: TraceRecorded) -> None:
         conversation = trace.submitted.conversation_id.encode()
         # in the span of the event that completed it; a trace closed by the clock goes in
         # the turn's own trace
         parent = None if has_context() else from_traceparent(trace.submitted.traceparent)
         with producing(self.traces.get_topic_name(), parent=parent, turn_id=trace.turn_id) as h:
             await self.traces.send(key=conversation, value=encode(trace), headers=h)
-        self.table.pop(key, None)
-        self.opened[partition].pop(key, None)
-        self.awaiting[partition].pop(key, None)
-        self.recent[trace.turn_id] = None
+        self._remember(trace.turn_id)
+
+    def _remember(self, turn_id: str) -> None:
+        self.recent[turn_id] = None
         if len(self.recent) > RECENT:
             del self.recent[next(iter(self.recent))]
 
-    def _index_recovered(self, partition: int) -> None:
-        """Rows recovered from the changelog are open turns too; their clock starts now."""
-        if partition in self._indexed:
-            return
-        self._indexed.add(partition)
-        recovered = getattr(self.table.data, "_key_partition", {})  # memory store: from recovery
-        now = now_ms()
-        for key, key_partition in list(recovered.items()):
-            if key_partition == partition and key in self.table:
-                self.opened[partition].setdefault(key, now)
-                if awaiting_assembly(decode_pending(self.table[key])):
-                    self.awaiting[partition].setdefault(key, now)
+    async def _rebuilt(self, partition: int) -> OpenTurns:
+        """The partition's open turns, rebuilt from what the group had already processed."""
+        started = time.perf_counter()
+        records = await self._read_processed(partition)
+        turns, emitted = rebuild(self._replayed(records), self.timeout_ms, self.grace_ms)
+        for turn_id in emitted[-RECENT:]:
+            self._remember(turn_id)
+        self.turns[partition] = turns
+        log.info(
+            "partition %d: %d open turns rebuilt from %d records in %.2f s",
+            partition,
+            len(turns),
+            len(records),
+            time.perf_counter() - started,
+        )
+        return turns
+
+    async def _read_processed(self, partition: int) -> list:
+        """Retried while Kafka cannot be read: folding into an empty state would lose the
+        partition's open turns."""
+        tps = [TopicPartition(topic, partition) for topic in self.read_topics]
+        for attempt in itertools.count():
+            try:
+                return await processed_records(self.bootstrap, self.app_id, tps, self._horizon)
+            except Exception as err:  # a broker fault: wait and read again
+                wait = REBUILD_RETRY_S[min(attempt, len(REBUILD_RETRY_S) - 1)]
+                log.warning(
+                    "partition %d: rebuild failed (%s), again in %.1fs", partition, err, wait
+                )
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _horizon(self, stopped_ms: float) -> float:
+        return replay_horizon_ms(stopped_ms, self.timeout_ms, self.tick_ms)
+
+    def _replayed(self, records: list) -> list[tuple[float, AnyEvent | None]]:
+        replayed: list[tuple[float, AnyEvent | None]] = []
+        for record in records:
+            if record.topic == self.ticks_topic:
+                replayed.append((float(record.timestamp), TICK))
+                continue
+            try:
+                replayed.append((float(record.timestamp), decode(record.value)))
+            except DecodeError:
+                continue  # skipped when it was first processed too
+        return replayed

@@ -35,18 +35,6 @@ class PendingTrace(msgspec.Struct, forbid_unknown_fields=True):
     route: Route | None = None
 
 
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(PendingTrace)
-
-
-def encode_pending(pending: PendingTrace) -> bytes:
-    return _encoder.encode(pending)
-
-
-def decode_pending(raw: bytes | None) -> PendingTrace:
-    return PendingTrace() if raw is None else _decoder.decode(raw)
-
-
 def joins(event: AnyEvent) -> bool:
     """Whether the trace is made of this kind of event (others on its topics, such as a
     barge-in's truncation, are kept by the events log instead)."""

@@ -20,7 +20,7 @@ from infra.kafka.topics import ensure_topics
 from infra.stack import REPO
 from producers.replay.plan import from_recorded
 from producers.replay.runner import Replay, Target
-from producers.replay.source import partitions_of, read_recorded, stop_consumer
+from producers.replay.source import partitions_of, read_recorded
 from schemas.channels import redis_client
 from schemas.codec import encode
 from schemas.flywheel import (
@@ -42,6 +42,7 @@ from tests.support.factories import submitted
 from tests.support.media import encode_image, noise_image
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
+from workers.runtime.ranges import stop_consumer
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schemas.events import OutputSafety, PromptContext, SafetyAction, Screening, TurnAssembled
-from stream_jobs.traces.state import PendingTrace, decode_pending, encode_pending, on_event
+from stream_jobs.traces.state import PendingTrace, on_event
 from tests.support.factories import completed, enriched, submitted
 
 
@@ -58,12 +58,6 @@ def test_the_screening_joins_the_trace_from_whichever_event_carries_it():
         2,
         9,
     )
-
-
-def test_pending_state_round_trips():
-    pending = PendingTrace()
-    on_event(pending, submitted("t3"))
-    assert decode_pending(encode_pending(pending)) == pending
 
 
 def test_a_turn_without_completion_is_closed_as_timed_out():

@@ -1,0 +1,51 @@
+"""Reading back what the traces job had already processed on a partition, to rebuild its
+open turns (`open_turns.rebuild`): the records between the replay horizon and the offsets
+its consumer group committed, on every topic it reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from schemas.ids import now_ms
+from workers.runtime.ranges import groupless_consumer, read_ranges, stop_consumer
+
+
+async def committed_offsets(
+    bootstrap: str, group_id: str, tps: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The group's committed offsets of `tps` (the next record it will process); those
+    without a commit are left out."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group_id, partitions=tps)
+    finally:
+        await admin.close()
+    return {tp: meta.offset for tp, meta in offsets.items() if meta.offset > 0}
+
+
+async def processed_records(
+    bootstrap: str,
+    group_id: str,
+    tps: list[TopicPartition],
+    horizon: Callable[[float], float],
+) -> list[ConsumerRecord]:
+    """The records of `tps` the group processed from `horizon(t)` on, where t is the
+    timestamp of the last record it processed (when it stopped, however long ago)."""
+    committed = await committed_offsets(bootstrap, group_id, tps)
+    if not committed:
+        return []
+    consumer = groupless_consumer(bootstrap)
+    await consumer.start()
+    try:
+        last = await read_ranges(consumer, {tp: (end - 1, end) for tp, end in committed.items()})
+        stopped_ms = max((r.timestamp for r in last), default=now_ms())
+        since = int(max(0.0, horizon(stopped_ms)))
+        starts = await consumer.offsets_for_times(dict.fromkeys(committed, since))
+        ranges = {tp: (found.offset, committed[tp]) for tp, found in starts.items() if found}
+        return await read_ranges(consumer, ranges)
+    finally:
+        await stop_consumer(consumer)
