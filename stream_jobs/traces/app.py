@@ -62,6 +62,7 @@ class TracesJob:
         sources = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_ASSEMBLED, TURNS_COMPLETED)
         self.ticks_topic = TRACE_TICKS.full_name(ns)
         self.read_topics = (*(t.full_name(ns) for t in sources), self.ticks_topic)
+        self.app = app
         self.app_id = app.conf.id
         self.bootstrap = settings.kafka_bootstrap
         self.source = app.topic(*self.read_topics)
@@ -138,33 +139,48 @@ class TracesJob:
             del self.recent[next(iter(self.recent))]
 
     async def _rebuilt(self, partition: int) -> OpenTurns:
-        """The partition's open turns, rebuilt from what the group had already processed."""
+        """The partition's open turns, rebuilt from what the group had already processed;
+        every other partition this process was given and has not rebuilt yet is rebuilt in
+        the same read (after a rebalance they all come at once)."""
         started = time.perf_counter()
-        records = await self._read_processed(partition)
-        turns, emitted = rebuild(self._replayed(records), self.timeout_ms, self.grace_ms)
-        for turn_id in emitted[-RECENT:]:
-            self._remember(turn_id)
-        self.turns[partition] = turns
+        partitions = {partition} | self._unrebuilt_assigned()
+        records = await self._read_processed(partitions)
+        by_partition: dict[int, list] = {p: [] for p in partitions}
+        for record in records:
+            by_partition[record.partition].append(record)
+        for number, own in by_partition.items():
+            turns, emitted = rebuild(self._replayed(own), self.timeout_ms, self.grace_ms)
+            for turn_id in emitted[-RECENT:]:
+                self._remember(turn_id)
+            self.turns[number] = turns
         log.info(
-            "partition %d: %d open turns rebuilt from %d records in %.2f s",
-            partition,
-            len(turns),
+            "partitions %s: %d open turns rebuilt from %d records in %.2f s",
+            sorted(partitions),
+            sum(len(self.turns[p]) for p in partitions),
             len(records),
             time.perf_counter() - started,
         )
-        return turns
+        return self.turns[partition]
 
-    async def _read_processed(self, partition: int) -> list:
+    def _unrebuilt_assigned(self) -> set[int]:
+        assigned = self.app.consumer.assignment()
+        numbers = {tp.partition for tp in assigned if tp.topic in self.read_topics}
+        return numbers - set(self.turns)
+
+    async def _read_processed(self, partitions: set[int]) -> list:
         """Retried while Kafka cannot be read: folding into an empty state would lose the
-        partition's open turns."""
-        tps = [TopicPartition(topic, partition) for topic in self.read_topics]
+        partitions' open turns."""
+        tps = [TopicPartition(t, p) for t in self.read_topics for p in sorted(partitions)]
         for attempt in itertools.count():
             try:
                 return await processed_records(self.bootstrap, self.app_id, tps, self._horizon)
             except Exception as err:  # a broker fault: wait and read again
                 wait = REBUILD_RETRY_S[min(attempt, len(REBUILD_RETRY_S) - 1)]
                 log.warning(
-                    "partition %d: rebuild failed (%s), again in %.1fs", partition, err, wait
+                    "partitions %s: rebuild failed (%s), again in %.1fs",
+                    sorted(partitions),
+                    err,
+                    wait,
                 )
                 await asyncio.sleep(wait)
         raise AssertionError("unreachable")

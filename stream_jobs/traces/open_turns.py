@@ -91,16 +91,15 @@ def rebuild(
     """The open turns after replaying already-processed `(timestamp_ms, event or TICK)`
     records, and the turn ids whose trace went out (in the order they did)."""
     turns = OpenTurns()
-    emitted: list[str] = []
+    # like the live job's memory of recent turns: a later event of a traced turn is skipped
+    emitted: dict[str, None] = {}
     for at_ms, event in sorted(records, key=lambda r: r[0]):
         if event is TICK:
-            emitted += [
-                c.trace.turn_id
-                for c in turns.close_expired(at_ms, timeout_ms, grace_ms)
-                if c.trace is not None
-            ]
-        elif joins(event):
+            for closed in turns.close_expired(at_ms, timeout_ms, grace_ms):
+                if closed.trace is not None:
+                    emitted[closed.trace.turn_id] = None
+        elif joins(event) and event.turn_id not in emitted:
             trace = turns.fold(event, at_ms)
             if trace is not None:
-                emitted.append(trace.turn_id)
-    return turns, emitted
+                emitted[trace.turn_id] = None
+    return turns, list(emitted)

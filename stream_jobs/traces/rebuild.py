@@ -34,7 +34,8 @@ async def processed_records(
     horizon: Callable[[float], float],
 ) -> list[ConsumerRecord]:
     """The records of `tps` the group processed from `horizon(t)` on, where t is the
-    timestamp of the last record it processed (when it stopped, however long ago)."""
+    timestamp of the last record it processed on that partition number (when it stopped
+    there, however long ago; the topics of one number are co-partitioned)."""
     committed = await committed_offsets(bootstrap, group_id, tps)
     if not committed:
         return []
@@ -42,9 +43,13 @@ async def processed_records(
     await consumer.start()
     try:
         last = await read_ranges(consumer, {tp: (end - 1, end) for tp, end in committed.items()})
-        stopped_ms = max((r.timestamp for r in last), default=now_ms())
-        since = int(max(0.0, horizon(stopped_ms)))
-        starts = await consumer.offsets_for_times(dict.fromkeys(committed, since))
+        stopped: dict[int, float] = {}
+        for record in last:
+            stopped[record.partition] = max(stopped.get(record.partition, 0.0), record.timestamp)
+        since = {
+            tp: int(max(0.0, horizon(stopped.get(tp.partition, now_ms())))) for tp in committed
+        }
+        starts = await consumer.offsets_for_times(since)
         ranges = {tp: (found.offset, committed[tp]) for tp, found in starts.items() if found}
         return await read_ranges(consumer, ranges)
     finally:

@@ -25,6 +25,14 @@ def test_a_turn_traced_before_the_stop_is_remembered_not_reopened():
     assert emitted == ["b"] and len(turns) == 0
 
 
+def test_an_event_of_a_turn_already_traced_in_the_replay_does_not_reopen_it():
+    """Read after the completion that traced it (the topics come in any order, and the
+    timestamps of one turn's events can be equal): the live job skipped it as recent."""
+    records = [(10 * S, submitted("h")), (10 * S, completed("h")), (10 * S, enriched("h"))]
+    turns, emitted = rebuild(records, TIMEOUT, GRACE)
+    assert emitted == ["h"] and len(turns) == 0
+
+
 def test_a_turn_the_clock_closed_before_the_stop_stays_closed():
     records = [(0.0, submitted("c")), (TIMEOUT + 5 * S, TICK)]
     turns, emitted = rebuild(records, TIMEOUT, GRACE)
