@@ -442,3 +442,12 @@ def test_pcm16_errors() -> None:
         decode_pcm16(one_second, 16_000, max_seconds=60, max_bytes=100)
     with pytest.raises(AudioTooLong, match=r"1\.0 s long, over the 0.5 s limit"):
         decode_pcm16(one_second, 16_000, max_seconds=0.5, max_bytes=10**6)
+
+
+def test_flac_with_tags_that_are_not_utf8_is_unreadable() -> None:
+    """PyAV decodes a file's tags as UTF-8 when it opens it (found by the media fuzzer)."""
+    data = encode(tone(440, 0.5, 44_100), 44_100, "flac", "flac")
+    assert b"encoder=Lavf" in data
+    hostile = data.replace(b"encoder=Lavf", b"encoder=\xff\xff\xff\xff", 1)
+    with pytest.raises(AudioUnreadable, match="not UTF-8"):
+        decode_audio(hostile, **LIMITS)

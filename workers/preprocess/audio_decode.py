@@ -386,6 +386,8 @@ def _decode_with_ffmpeg(data: bytes, sniffed: _Sniffed, max_seconds: float) -> n
         raise AudioUnreadable(
             f"{label}: cannot parse the container ({_ffmpeg_reason(exc)})"
         ) from exc
+    except UnicodeDecodeError as exc:  # PyAV reads the tags as UTF-8 when it opens the file
+        raise AudioUnreadable(f"{label}: metadata tags that are not UTF-8") from exc
     with container:
         stream = _audio_stream(container, label)
         declared = _declared_seconds(container, stream, sniffed.demuxer)
