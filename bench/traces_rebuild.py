@@ -39,6 +39,7 @@ from schemas.ids import now_ms
 from schemas.settings import Settings
 from schemas.topics import (
     TRACE_TICKS,
+    TRACES,
     TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TURNS_ENRICHED,
@@ -154,12 +155,14 @@ async def main(args: argparse.Namespace) -> None:
         read_s, replay_s, counts = [], [], []
         for repeat in range(args.repeats):
             started = time.perf_counter()
-            records = await processed_records(
+            processed = await processed_records(
                 settings.kafka_bootstrap,
                 group,
                 tps,
+                [TopicPartition(TRACES.full_name(ns), p) for p in range(TRACES.partitions)],
                 lambda stopped: replay_horizon_ms(stopped, TIMEOUT_MS, TICK_MS),
             )
+            records = processed.records
             read = time.perf_counter()
             replayed = [
                 (float(r.timestamp), TICK if r.topic == topics[-1] else decode(r.value))

@@ -43,7 +43,7 @@ from schemas.tracing.propagation import from_traceparent, has_context, incoming_
 from schemas.tracing.spans import consuming, producing
 from stream_jobs.faust_app import make_app
 from stream_jobs.traces.open_turns import TICK, OpenTurns, rebuild, replay_horizon_ms
-from stream_jobs.traces.rebuild import processed_records
+from stream_jobs.traces.rebuild import Processed, processed_records
 from stream_jobs.traces.state import joins
 
 log = logging.getLogger("turnstream.traces")
@@ -66,7 +66,8 @@ class TracesJob:
         self.app_id = app.conf.id
         self.bootstrap = settings.kafka_bootstrap
         self.source = app.topic(*self.read_topics)
-        self.traces = app.topic(TRACES.full_name(ns))
+        self.traces_topic = TRACES.full_name(ns)
+        self.traces = app.topic(self.traces_topic)
         self.ticks = app.topic(self.ticks_topic)
         self.timeout_ms = settings.trace_timeout_s * 1000
         self.grace_ms = settings.trace_assembly_grace_s * 1000
@@ -91,9 +92,11 @@ class TracesJob:
     async def _consume(self, stream: faust.Stream) -> None:
         async for event in stream.events():
             partition = event.message.partition
-            turns = self.turns.get(partition) or await self._rebuilt(partition)
+            turns = self.turns.get(partition)
+            if turns is None:  # (an empty OpenTurns is falsy: no `or` here)
+                turns = await self._rebuilt(partition)
             if event.message.topic == self.ticks_topic:
-                await self._close_expired(turns)
+                await self._close_expired(turns, partition)
                 continue
             await self._join(event, turns, partition)
 
@@ -115,22 +118,26 @@ class TracesJob:
         ):
             trace = turns.fold(event, now_ms())
             if trace is not None:
-                await self._emit(trace)
+                await self._emit(trace, partition)
 
-    async def _close_expired(self, turns: OpenTurns) -> None:
+    async def _close_expired(self, turns: OpenTurns, partition: int) -> None:
         for closed in turns.close_expired(now_ms(), self.timeout_ms, self.grace_ms):
             if closed.trace is None:
                 log.warning("dropping turn %s: timed out and never submitted", closed.key.decode())
                 continue
-            await self._emit(closed.trace)
+            await self._emit(closed.trace, partition)
 
-    async def _emit(self, trace: TraceRecorded) -> None:
+    async def _emit(self, trace: TraceRecorded, partition: int) -> None:
+        """To `traces` at the turn's own partition number, where a rebuild of that
+        partition looks for what was sent."""
         conversation = trace.submitted.conversation_id.encode()
         # in the span of the event that completed it; a trace closed by the clock goes in
         # the turn's own trace
         parent = None if has_context() else from_traceparent(trace.submitted.traceparent)
         with producing(self.traces.get_topic_name(), parent=parent, turn_id=trace.turn_id) as h:
-            await self.traces.send(key=conversation, value=encode(trace), headers=h)
+            await self.traces.send(
+                key=conversation, value=encode(trace), headers=h, partition=partition
+            )
         self._remember(trace.turn_id)
 
     def _remember(self, turn_id: str) -> None:
@@ -144,20 +151,22 @@ class TracesJob:
         the same read (after a rebalance they all come at once)."""
         started = time.perf_counter()
         partitions = {partition} | self._unrebuilt_assigned()
-        records = await self._read_processed(partitions)
-        by_partition: dict[int, list] = {p: [] for p in partitions}
-        for record in records:
-            by_partition[record.partition].append(record)
-        for number, own in by_partition.items():
-            turns, emitted = rebuild(self._replayed(own), self.timeout_ms, self.grace_ms)
+        processed = await self._read_processed(partitions)
+        for number in partitions:
+            own = [r for r in processed.records if r.partition == number]
+            traced = [t for r in processed.traces if r.partition == number for t in _turn_id(r)]
+            turns, emitted = rebuild(
+                self._replayed(own), self.timeout_ms, self.grace_ms, traced=traced
+            )
             for turn_id in emitted[-RECENT:]:
                 self._remember(turn_id)
             self.turns[number] = turns
         log.info(
-            "partitions %s: %d open turns rebuilt from %d records in %.2f s",
+            "partitions %s: %d open turns rebuilt from %d records and %d traces in %.2f s",
             sorted(partitions),
             sum(len(self.turns[p]) for p in partitions),
-            len(records),
+            len(processed.records),
+            len(processed.traces),
             time.perf_counter() - started,
         )
         return self.turns[partition]
@@ -167,13 +176,16 @@ class TracesJob:
         numbers = {tp.partition for tp in assigned if tp.topic in self.read_topics}
         return numbers - set(self.turns)
 
-    async def _read_processed(self, partitions: set[int]) -> list:
+    async def _read_processed(self, partitions: set[int]) -> Processed:
         """Retried while Kafka cannot be read: folding into an empty state would lose the
         partitions' open turns."""
         tps = [TopicPartition(t, p) for t in self.read_topics for p in sorted(partitions)]
+        traces = [TopicPartition(self.traces_topic, p) for p in sorted(partitions)]
         for attempt in itertools.count():
             try:
-                return await processed_records(self.bootstrap, self.app_id, tps, self._horizon)
+                return await processed_records(
+                    self.bootstrap, self.app_id, tps, traces, self._horizon
+                )
             except Exception as err:  # a broker fault: wait and read again
                 wait = REBUILD_RETRY_S[min(attempt, len(REBUILD_RETRY_S) - 1)]
                 log.warning(
@@ -199,3 +211,11 @@ class TracesJob:
             except DecodeError:
                 continue  # skipped when it was first processed too
         return replayed
+
+
+def _turn_id(record) -> list[str]:
+    """The turn id of a record of `traces` ([] when it cannot be read)."""
+    try:
+        return [decode(record.value).turn_id]
+    except DecodeError:
+        return []

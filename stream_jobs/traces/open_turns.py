@@ -4,8 +4,9 @@ The traces job keeps them in memory only: no table, no changelog (that was 4 Kaf
 per turn). After a restart or a rebalance the partition's open turns are rebuilt by folding
 again the events it had already processed, which the source topics still hold (they are kept
 for days): `rebuild` replays them in timestamp order, the clock ticks included, and keeps
-what was still open when the job stopped. A turn whose trace went out in the replay is only
-remembered (a redelivery of it is then recognised), never emitted twice.
+what was still open when the job stopped. A turn whose trace went out, in the replay or in
+the traces topic (events processed but not committed before a crash), is only remembered
+(its redelivered events are then recognised), never emitted twice.
 """
 
 from __future__ import annotations
@@ -86,10 +87,15 @@ def replay_horizon_ms(last_processed_ms: float, timeout_ms: float, tick_ms: floa
 
 
 def rebuild(
-    records: Iterable[tuple[float, AnyEvent | None]], timeout_ms: float, grace_ms: float
+    records: Iterable[tuple[float, AnyEvent | None]],
+    timeout_ms: float,
+    grace_ms: float,
+    traced: Iterable[str] = (),
 ) -> tuple[OpenTurns, list[str]]:
     """The open turns after replaying already-processed `(timestamp_ms, event or TICK)`
-    records, and the turn ids whose trace went out (in the order they did)."""
+    records, and the turn ids whose trace went out. `traced`: the turn ids found in the
+    traces topic; a turn open after the replay but traced already (by events processed and
+    never committed, which will be redelivered) is not open."""
     turns = OpenTurns()
     # like the live job's memory of recent turns: a later event of a traced turn is skipped
     emitted: dict[str, None] = {}
@@ -102,4 +108,8 @@ def rebuild(
             trace = turns.fold(event, at_ms)
             if trace is not None:
                 emitted[trace.turn_id] = None
+    for turn_id in traced:
+        turns.drop(turn_id.encode())
+        emitted.pop(turn_id, None)
+        emitted[turn_id] = None  # the latest last: they are the ones redelivered
     return turns, list(emitted)

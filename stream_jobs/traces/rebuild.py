@@ -1,10 +1,11 @@
 """Reading back what the traces job had already processed on a partition, to rebuild its
 open turns (`open_turns.rebuild`): the records between the replay horizon and the offsets
-its consumer group committed, on every topic it reads."""
+its consumer group committed, on every topic it reads, and the traces it had sent there."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -27,18 +28,28 @@ async def committed_offsets(
     return {tp: meta.offset for tp, meta in offsets.items() if meta.offset > 0}
 
 
+@dataclass(frozen=True, slots=True)
+class Processed:
+    """What a rebuild reads: the source records the group had processed, and the traces
+    the job had sent on the same partitions since the horizon (some for events it
+    processed but never committed: those are redelivered and must not be traced again)."""
+
+    records: list[ConsumerRecord]
+    traces: list[ConsumerRecord]
+
+
 async def processed_records(
     bootstrap: str,
     group_id: str,
     tps: list[TopicPartition],
+    traces_tps: list[TopicPartition],
     horizon: Callable[[float], float],
-) -> list[ConsumerRecord]:
+) -> Processed:
     """The records of `tps` the group processed from `horizon(t)` on, where t is the
     timestamp of the last record it processed on that partition number (when it stopped
-    there, however long ago; the topics of one number are co-partitioned)."""
+    there, however long ago; the topics of one number are co-partitioned), and the records
+    of `traces_tps` from the same time to their end."""
     committed = await committed_offsets(bootstrap, group_id, tps)
-    if not committed:
-        return []
     consumer = groupless_consumer(bootstrap)
     await consumer.start()
     try:
@@ -46,11 +57,15 @@ async def processed_records(
         stopped: dict[int, float] = {}
         for record in last:
             stopped[record.partition] = max(stopped.get(record.partition, 0.0), record.timestamp)
-        since = {
-            tp: int(max(0.0, horizon(stopped.get(tp.partition, now_ms())))) for tp in committed
-        }
+        ends = {**await consumer.end_offsets(traces_tps), **committed}
+        since = {tp: int(max(0.0, horizon(stopped.get(tp.partition, now_ms())))) for tp in ends}
         starts = await consumer.offsets_for_times(since)
-        ranges = {tp: (found.offset, committed[tp]) for tp, found in starts.items() if found}
-        return await read_ranges(consumer, ranges)
+        ranges = {tp: (found.offset, ends[tp]) for tp, found in starts.items() if found}
+        found = await read_ranges(consumer, ranges)
     finally:
         await stop_consumer(consumer)
+    traces = set(traces_tps)
+    return Processed(
+        records=[r for r in found if TopicPartition(r.topic, r.partition) not in traces],
+        traces=[r for r in found if TopicPartition(r.topic, r.partition) in traces],
+    )

@@ -38,13 +38,17 @@ async def processed(settings: Settings, *topics: str) -> set[str]:
 async def test_a_restarted_job_traces_once_a_turn_it_had_half_joined(services, session_namespace):
     """Submitted and enriched are processed (and committed) by one job; the completion
     comes after it stopped. The next job traces the turn once, with the preprocessing time
-    only the enriched event carried, and does not trace again the turn that was done."""
+    only the enriched event carried, and does not trace again the turn that was done. A
+    third turn stands for a crash: its completion is after the committed offsets, but its
+    trace is already in `traces` (sent by a job that died before committing); the next job
+    must not trace it a second time."""
     settings = Settings.from_env(
         namespace=f"{session_namespace}-rebuild-{uuid.uuid4().hex[:6]}", trace_tick_s=0.5
     )
     ns = settings.namespace
     await ensure_topics(settings.kafka_bootstrap, ns)
     conversation, half, done = f"c-{uuid.uuid4().hex[:8]}", "half-turn", "done-turn"
+    crashed = "crashed-turn"
     at = now_ms()
 
     def turn(turn_id: str):
@@ -55,9 +59,11 @@ async def test_a_restarted_job_traces_once_a_turn_it_had_half_joined(services, s
     await producer.start()
     try:
 
-        async def send(topic, event) -> None:
+        async def send(topic, event, partition: int | None = None) -> int:
             value = encode(event)
-            await producer.send_and_wait(topic.full_name(ns), value, conversation.encode())
+            key = conversation.encode()
+            sent = await producer.send_and_wait(topic.full_name(ns), value, key, partition)
+            return sent.partition
 
         async def processed_all(names: set[str]) -> bool:
             return await processed(settings, *names) == names
@@ -67,10 +73,19 @@ async def test_a_restarted_job_traces_once_a_turn_it_had_half_joined(services, s
             await send(TURNS_COMPLETED, completed(done, conversation_id=conversation))
             await send(TURNS_SUBMITTED, turn(half))
             await send(TURNS_ENRICHED, half_enriched)
+            partition = await send(TURNS_SUBMITTED, turn(crashed))
             names = {t.full_name(ns) for t in (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_COMPLETED)}
             await eventually(lambda: processed_all(names), timeout_s=60)
 
+        crashed_completed = completed(crashed, conversation_id=conversation)
+        already = TraceRecorded(
+            turn_id=crashed, submitted=turn(crashed), completed=crashed_completed
+        )
+        await send(TRACES, already, partition)  # where the dead job would have sent it
+        await send(TURNS_COMPLETED, crashed_completed)
         async with running_job(settings, "traces"):
+            # after the crashed turn's completion on the same partition: once this one is
+            # traced, that one was processed
             await send(TURNS_COMPLETED, completed(half, conversation_id=conversation))
             record = await find_record(
                 settings.kafka_bootstrap, TRACES.full_name(ns), lambda r: half.encode() in r.value
@@ -81,4 +96,4 @@ async def test_a_restarted_job_traces_once_a_turn_it_had_half_joined(services, s
     assert isinstance(trace, TraceRecorded) and trace.completed is not None
     assert trace.preprocess_ms == 7.5  # known only from before the restart
     traces = await records_so_far(settings.kafka_bootstrap, TRACES.full_name(ns), lambda r: True)
-    assert sorted(decode(r.value).turn_id for r in traces) == [done, half]
+    assert sorted(decode(r.value).turn_id for r in traces) == [crashed, done, half]

@@ -33,6 +33,15 @@ def test_an_event_of_a_turn_already_traced_in_the_replay_does_not_reopen_it():
     assert emitted == ["h"] and len(turns) == 0
 
 
+def test_a_turn_found_in_the_traces_topic_is_not_open_and_is_remembered():
+    """Its completion was processed, traced and never committed before a crash: the replay
+    (up to the committed offsets) leaves it open; its redelivered events must not trace it
+    again."""
+    records = [(10 * S, submitted("k")), (10 * S, submitted("m"))]
+    turns, emitted = rebuild(records, TIMEOUT, GRACE, traced=["k"])
+    assert emitted == ["k"] and set(turns.pending) == {b"m"}
+
+
 def test_a_turn_the_clock_closed_before_the_stop_stays_closed():
     records = [(0.0, submitted("c")), (TIMEOUT + 5 * S, TICK)]
     turns, emitted = rebuild(records, TIMEOUT, GRACE)
