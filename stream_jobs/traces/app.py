@@ -4,9 +4,10 @@ A turn's events share a partition (keyed by conversation), so its open trace liv
 partition's other open turns (`open_turns.OpenTurns`). When a trace is complete it goes to
 Kafka `traces`. Nothing is written per event: when the job gets a partition (at start, after
 a crash, in a rebalance) it rebuilds the partition's open turns from the events it had
-already processed, read back from the source topics (`open_turns.rebuild`). A completed
-turn seen again (a redelivery) is recognised by a short memory of recent turn ids, so the
-sink's deduplication is the second line, not the first.
+already processed, read back from the source topics, and from what it had sent to `traces`
+(a trace goes to its turn's partition number; `open_turns.rebuild`). A completed turn seen
+again (a redelivery, also after a crash) is recognised by a short memory of recent turn
+ids, so the sink's deduplication is the second line, not the first.
 
 Timeouts: the job sends itself a tick per partition (topic `traces.ticks`, co-partitioned)
 every `TURNSTREAM_TRACE_TICK_S`; on a tick it closes the partition's turns older than
