@@ -102,3 +102,35 @@ async def test_positions_epochs_watchers_and_expiry(services, session_namespace)
             names.turn_log_key(turn), names.turn_epochs_key(turn), names.turn_watchers_key(turn)
         )
         await redis.aclose()
+
+
+@pytest.mark.parametrize("refresh_s", [3600.0, 0.0])
+async def test_a_live_log_expiry_is_pushed_forward_every_few_seconds_not_per_token(
+    services, session_namespace, refresh_s: float
+):
+    """The first batch sets the live TTL; later tokens push it forward only once
+    `ttl_refresh_s` has passed (here: never, or every batch); the final frame always sets the
+    short one."""
+    names = RedisNames.for_namespace(f"{session_namespace}-turnlog-ttl")
+    redis = redis_client(services.redis_url)
+    limits = LogLimits(live_ttl_s=600, done_ttl_s=30, ttl_refresh_s=refresh_s)
+    relay = RelayPublisher(redis, names, limits=limits)
+    sender = asyncio.create_task(relay.run())
+    turn, origin = uuid.uuid4().hex, names.edge_channel("origin")
+    log_key, epochs_key = names.turn_log_key(turn), names.turn_epochs_key(turn)
+    try:
+        await relay.publish_confirmed(origin, started(turn, "a1"))
+        assert 590 < await redis.ttl(log_key) <= 600
+        await redis.expire(log_key, 100)  # stands for time passing
+        await redis.expire(epochs_key, 100)
+        await relay.publish_confirmed(origin, chunk(turn, 0, "a1"))
+        ttls = (await redis.ttl(log_key), await redis.ttl(epochs_key))
+        if refresh_s:
+            assert all(0 < ttl <= 100 for ttl in ttls), ttls  # not pushed per token
+        else:
+            assert all(590 < ttl <= 600 for ttl in ttls), ttls
+        await relay.publish_confirmed(origin, completed(turn, text="a1:0"))
+        assert 0 < await redis.ttl(log_key) <= 30
+    finally:
+        sender.cancel()
+        await redis.aclose()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -34,19 +35,23 @@ from schemas.turn_log import FINAL, NOT_LOGGED, log_kind
 
 log = logging.getLogger("turnstream.relay")
 
+MAX_REMEMBERED_TURNS = 10_000  # TTL refresh times kept before the stale ones are dropped
+
 
 # KEYS: the turn's log, epochs hash, watchers set. ARGV: the accepting edge's channel, the
-# log's cap, its TTL while live and once finished, then (kind, payload) per frame
+# log's cap, its TTL while live and once finished, whether to push the live TTL forward
+# ('1': the relay does it every few seconds per turn, not per token), then (kind, payload) per frame
 # (kinds: `schemas.turn_log`). Frames of an attempt whose epoch the log has moved past (a
 # worker that lost the turn but still streams) fail XADD and are not shown.
 RELAY_SCRIPT = """
 local log, epochs, watchers = KEYS[1], KEYS[2], KEYS[3]
 local origin, maxlen = ARGV[1], ARGV[2]
 local live_ttl, done_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local refresh = ARGV[5] == '1'
 local cur = tonumber(redis.call('HGET', epochs, 'cur') or '0')
 local items = {}
 local logged, finished = false, false
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local kind, payload = ARGV[i], ARGV[i + 1]
   if kind == '<NOT_LOGGED>' then
     items[#items + 1] = payload
@@ -71,7 +76,7 @@ for i = 5, #ARGV, 2 do
     end
   end
 end
-if logged then
+if logged and (finished or refresh) then
   redis.call('EXPIRE', log, finished and done_ttl or live_ttl)
   redis.call('EXPIRE', epochs, live_ttl)
 end
@@ -87,11 +92,15 @@ return #items
 
 @dataclass(frozen=True, slots=True)
 class LogLimits:
-    """How much of a turn's frames its log keeps, and for how long (settings: RESUME_*)."""
+    """How much of a turn's frames its log keeps, and for how long (settings: RESUME_*).
+    A live log's expiry is pushed forward on a turn's first batch, then at most every
+    `ttl_refresh_s` (two EXPIREs per token were a fifth of a turn's Redis commands); the
+    final frame always sets the short one."""
 
     max_entries: int = 20_000
     live_ttl_s: int = 600
     done_ttl_s: int = 60
+    ttl_refresh_s: float = 5.0
 
 
 class RelayOverflow(RuntimeError):
@@ -115,6 +124,8 @@ class RelayPublisher:
         self._names = names
         self._limits = limits
         self._script = redis.register_script(RELAY_SCRIPT)
+        # when each turn's live TTL was last pushed forward by this process (monotonic s)
+        self._refreshed: dict[str, float] = {}
         self._pending: list[_Frame] = []
         self._max_pending = max_pending
         self._wakeup = asyncio.Event()
@@ -153,9 +164,14 @@ class RelayPublisher:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
+                    now = time.monotonic()
+                    refreshed: list[tuple[str, bool]] = []
                     async with self._redis.pipeline(transaction=False) as pipe:
                         for (channel, turn_id), frames in _by_turn(batch).items():
-                            await self._relay_turn(pipe, channel, turn_id, frames)
+                            refresh = self._refresh_due(turn_id, now)
+                            await self._relay_turn(pipe, channel, turn_id, frames, refresh)
+                            if refresh:
+                                refreshed.append((turn_id, _ends(frames)))
                         await pipe.execute()
                 except (RedisConnectionError, RedisTimeoutError):  # Redis away: keep, retry
                     log.warning("relay publish failed; retrying in %.2fs", backoff, exc_info=True)
@@ -170,18 +186,38 @@ class RelayPublisher:
                             frame.confirmed.set_exception(RelayFailed(repr(err)))
                     continue
                 backoff = 0.05
+                self._note_refreshed(refreshed, now)
                 for frame in batch:
                     if frame.confirmed is not None and not frame.confirmed.done():
                         frame.confirmed.set_result(None)
             self._idle.set()
 
-    async def _relay_turn(self, pipe, channel: str, turn_id: str, frames: list[_Frame]) -> None:
+    def _refresh_due(self, turn_id: str, now: float) -> bool:
+        last = self._refreshed.get(turn_id)
+        return last is None or now - last >= self._limits.ttl_refresh_s
+
+    def _note_refreshed(self, refreshed: list[tuple[str, bool]], now: float) -> None:
+        """Only once Redis took the batch: a batch retried after an outage refreshes again
+        (a log created without its TTL would never expire)."""
+        for turn_id, ended in refreshed:
+            if ended:
+                self._refreshed.pop(turn_id, None)
+            else:
+                self._refreshed[turn_id] = now
+        if len(self._refreshed) > MAX_REMEMBERED_TURNS:  # turns that ended elsewhere
+            horizon = now - self._limits.ttl_refresh_s
+            self._refreshed = {t: at for t, at in self._refreshed.items() if at > horizon}
+
+    async def _relay_turn(
+        self, pipe, channel: str, turn_id: str, frames: list[_Frame], refresh: bool
+    ) -> None:
         names, limits = self._names, self._limits
         args: list[str | bytes | int] = [
             channel,
             limits.max_entries,
             limits.live_ttl_s,
             limits.done_ttl_s,
+            1 if refresh or _ends(frames) else 0,
         ]
         for frame in frames:
             args += (frame.kind, frame.payload)
@@ -200,6 +236,10 @@ class _Frame:
     kind: str  # schemas.turn_log's instruction to the script
     payload: bytes
     confirmed: asyncio.Future[None] | None
+
+
+def _ends(frames: list[_Frame]) -> bool:
+    return any(frame.kind == FINAL for frame in frames)
 
 
 def _by_turn(batch: list[_Frame]) -> dict[tuple[str, str], list[_Frame]]:
