@@ -134,3 +134,22 @@ async def test_a_live_log_expiry_is_pushed_forward_every_few_seconds_not_per_tok
     finally:
         sender.cancel()
         await redis.aclose()
+
+
+async def test_the_relay_loads_its_script_again_when_redis_lost_it(services, session_namespace):
+    """The relay runs bare EVALSHAs (no SCRIPT EXISTS per batch); after Redis forgot its
+    scripts (a restart without them), the next batch is loaded again and lands, not dropped."""
+    names = RedisNames.for_namespace(f"{session_namespace}-turnlog-noscript")
+    redis = redis_client(services.redis_url)
+    relay = RelayPublisher(redis, names)
+    sender = asyncio.create_task(relay.run())
+    turn, origin = uuid.uuid4().hex, names.edge_channel("origin")
+    try:
+        await relay.publish_confirmed(origin, started(turn, "a1"))
+        await redis.script_flush()
+        await relay.publish_confirmed(origin, chunk(turn, 0, "a1"))
+        entries = await redis.xrange(names.turn_log_key(turn))
+        assert [parse_entry_id(i) for i, _ in entries] == [P(1, 0), P(1, 1)]
+    finally:
+        sender.cancel()
+        await redis.aclose()

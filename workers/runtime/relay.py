@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas.channels import RedisNames
@@ -124,6 +125,10 @@ class RelayPublisher:
         self._names = names
         self._limits = limits
         self._script = redis.register_script(RELAY_SCRIPT)
+        # Loaded by this process (SCRIPT LOAD once, then bare EVALSHAs): a pipeline that runs
+        # a registered Script asks SCRIPT EXISTS first, a round trip per batch, which at one
+        # stream is one per token. Cleared when Redis answers NOSCRIPT (its cache was flushed).
+        self._loaded = False
         # when each turn's live TTL was last pushed forward by this process (monotonic s)
         self._refreshed: dict[str, float] = {}
         self._pending: list[_Frame] = []
@@ -164,6 +169,9 @@ class RelayPublisher:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
+                    if not self._loaded:
+                        await self._redis.script_load(RELAY_SCRIPT)
+                        self._loaded = True
                     now = time.monotonic()
                     refreshed: list[tuple[str, bool]] = []
                     async with self._redis.pipeline(transaction=False) as pipe:
@@ -173,6 +181,11 @@ class RelayPublisher:
                             if refresh:
                                 refreshed.append((turn_id, _ends(frames)))
                         await pipe.execute()
+                except NoScriptError:  # Redis lost its script cache (a restart): none ran
+                    log.warning("relay script gone from Redis; loading it again")
+                    self._loaded = False
+                    self._pending[:0] = batch
+                    continue
                 except (RedisConnectionError, RedisTimeoutError):  # Redis away: keep, retry
                     log.warning("relay publish failed; retrying in %.2fs", backoff, exc_info=True)
                     self._pending[:0] = batch
@@ -226,7 +239,7 @@ class RelayPublisher:
             names.turn_epochs_key(turn_id),
             names.turn_watchers_key(turn_id),
         ]
-        await self._script(keys=keys, args=args, client=pipe)  # queued on the pipeline
+        pipe.evalsha(self._script.sha, len(keys), *keys, *args)  # queued on the pipeline
 
 
 @dataclass(slots=True)
