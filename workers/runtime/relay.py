@@ -49,7 +49,19 @@ local log, epochs, watchers = KEYS[1], KEYS[2], KEYS[3]
 local origin, maxlen = ARGV[1], ARGV[2]
 local live_ttl, done_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local refresh = ARGV[5] == '1'
-local cur = tonumber(redis.call('HGET', epochs, 'cur') or '0')
+-- the current epoch and the first attempt's own in one read (a batch is often one token)
+local known_epochs, first = {}, nil
+for i = 6, #ARGV, 2 do
+  if string.sub(ARGV[i], 1, 2) == 'a:' then first = ARGV[i]; break end
+end
+local cur
+if first then
+  local got = redis.call('HMGET', epochs, 'cur', first)
+  cur = tonumber(got[1] or '0')
+  if got[2] then known_epochs[first] = tonumber(got[2]) end
+else
+  cur = tonumber(redis.call('HGET', epochs, 'cur') or '0')
+end
 local items = {}
 local logged, finished = false, false
 for i = 6, #ARGV, 2 do
@@ -59,14 +71,19 @@ for i = 6, #ARGV, 2 do
   else
     local epoch = cur
     if string.sub(kind, 1, 2) == 'a:' then
-      local known = redis.call('HGET', epochs, kind)
+      local known = known_epochs[kind]
+      if known == nil and kind ~= first then
+        local got = redis.call('HGET', epochs, kind)
+        if got then known = tonumber(got) end
+      end
       if known then
-        epoch = tonumber(known)
+        epoch = known
       else
         epoch = redis.call('HINCRBY', epochs, 'count', 1)
         redis.call('HSET', epochs, kind, epoch, 'cur', epoch)
         cur = epoch
       end
+      known_epochs[kind] = epoch
     end
     local id = redis.pcall('XADD', log, 'MAXLEN', '~', maxlen, epoch .. '-*', 'e', payload)
     if type(id) == 'string' then
