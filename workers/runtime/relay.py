@@ -141,11 +141,11 @@ class RelayPublisher:
         self._redis = redis
         self._names = names
         self._limits = limits
-        self._script = redis.register_script(RELAY_SCRIPT)
-        # Loaded by this process (SCRIPT LOAD once, then bare EVALSHAs): a pipeline that runs
-        # a registered Script asks SCRIPT EXISTS first, a round trip per batch, which at one
-        # stream is one per token. Cleared when Redis answers NOSCRIPT (its cache was flushed).
-        self._loaded = False
+        # The script's sha once this process loaded it (SCRIPT LOAD once, then bare EVALSHAs:
+        # a pipeline that runs a registered Script asks SCRIPT EXISTS first, a round trip per
+        # batch, which at one stream is one per token). None again when Redis answers
+        # NOSCRIPT (its cache was flushed).
+        self._sha: str | None = None
         # when each turn's live TTL was last pushed forward by this process (monotonic s)
         self._refreshed: dict[str, float] = {}
         self._pending: list[_Frame] = []
@@ -186,9 +186,8 @@ class RelayPublisher:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
-                    if not self._loaded:
-                        await self._redis.script_load(RELAY_SCRIPT)
-                        self._loaded = True
+                    if self._sha is None:
+                        self._sha = await self._redis.script_load(RELAY_SCRIPT)
                     now = time.monotonic()
                     refreshed: list[tuple[str, bool]] = []
                     async with self._redis.pipeline(transaction=False) as pipe:
@@ -200,7 +199,7 @@ class RelayPublisher:
                         await pipe.execute()
                 except NoScriptError:  # Redis lost its script cache (a restart): none ran
                     log.warning("relay script gone from Redis; loading it again")
-                    self._loaded = False
+                    self._sha = None
                     self._pending[:0] = batch
                     continue
                 except (RedisConnectionError, RedisTimeoutError):  # Redis away: keep, retry
@@ -256,7 +255,7 @@ class RelayPublisher:
             names.turn_epochs_key(turn_id),
             names.turn_watchers_key(turn_id),
         ]
-        pipe.evalsha(self._script.sha, len(keys), *keys, *args)  # queued on the pipeline
+        pipe.evalsha(self._sha, len(keys), *keys, *args)  # queued on the pipeline
 
 
 @dataclass(slots=True)
