@@ -153,11 +153,15 @@ class TracesJob:
         started = time.perf_counter()
         partitions = {partition} | self._unrebuilt_assigned()
         processed = await self._read_processed(partitions)
+        own: dict[int, list] = {number: [] for number in partitions}
+        traced: dict[int, list[str]] = {number: [] for number in partitions}
+        for record in processed.records:  # one pass, not one per partition
+            own[record.partition].append(record)
+        for record in processed.traces:
+            traced[record.partition] += _turn_id(record)
         for number in partitions:
-            own = [r for r in processed.records if r.partition == number]
-            traced = [t for r in processed.traces if r.partition == number for t in _turn_id(r)]
             turns, emitted = rebuild(
-                self._replayed(own), self.timeout_ms, self.grace_ms, traced=traced
+                self._replayed(own[number]), self.timeout_ms, self.grace_ms, traced=traced[number]
             )
             for turn_id in emitted[-RECENT:]:
                 self._remember(turn_id)
