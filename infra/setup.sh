@@ -66,6 +66,8 @@ main() {
   if [[ "${1:-}" != "--no-model" ]]; then
     (cd "$REPO_ROOT" && "$PYTHON" -m infra.models.smollm2)
   fi
+  log "safety category model (trained from workers/safety/dataset when the data changed; ~2 min)"
+  (cd "$REPO_ROOT" && "$PYTHON" -m workers.safety.categories.train --if-stale)
   log "setup complete"
 }
 

@@ -34,3 +34,9 @@ class RedTeamDataError(SafetyError):
     """A red-team file is missing or has a malformed line."""
 
     code: ClassVar[str] = "redteam_data"
+
+
+class DatasetError(SafetyError):
+    """The classifier's data set is missing or has a malformed line."""
+
+    code: ClassVar[str] = "dataset_error"

@@ -249,6 +249,15 @@ def normalize(text: str, *, head: int = HEAD_CHARS, tail: int = TAIL_CHARS) -> s
     return text.strip()
 
 
+def plain(text: str, *, head: int = HEAD_CHARS, tail: int = TAIL_CHARS) -> str:
+    """The steps of `normalize` that every text goes through (NFKC, casefold, invisible
+    characters, Latin diacritics, whitespace): where `normalize` gives something else, the
+    text was obfuscated (leetspeak, spacing, look-alikes, masks)."""
+    text = _strip_invisible(cap(text, head, tail))
+    text = _strip_invisible(unicodedata.normalize("NFKC", text).casefold())
+    return _WHITESPACE.sub(" ", _drop_latin_diacritics(text)).strip()
+
+
 # --- payloads hidden in an encoding ------------------------------------------------------------
 
 _BASE64_BLOB = re.compile(r"[A-Za-z0-9+/\-_]{16,}={0,2}")

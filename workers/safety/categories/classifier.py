@@ -1,0 +1,140 @@
+"""`CategoryClassifier`: whether a text is harmful, in which category, and how sure.
+
+Each text (or each piece of a long one, see `chunks.py`) goes to the encoder that reads its
+script; its harm margin comes from that encoder's `HarmHead`, its category from the
+`CategoryHead`. An obfuscated text ("h0w t0 m4ke a b0mb") is read twice, as written and
+de-obfuscated (`normalize`), and the worse reading counts; so does a long text's worst
+piece. All readings of one call that share an encoder are embedded in one batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from workers.safety.categories import head as heads
+from workers.safety.categories.chunks import chunks
+from workers.safety.categories.encoders import E5Encoder, Encoder, UseEncoder
+from workers.safety.categories.labels import SAFE
+from workers.safety.categories.scripts import use_can_read
+from workers.safety.errors import ClassifierError
+from workers.safety.normalize import normalize, plain
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryScores:
+    """One reading: the harm margin against its threshold, the category probabilities and
+    the encoder that read it."""
+
+    harm: float
+    threshold: float
+    probabilities: dict[str, float]
+    encoder: str
+
+    @property
+    def top(self) -> str:
+        """The most likely harmful category (whatever the margin)."""
+        harmful = {k: v for k, v in self.probabilities.items() if k != SAFE}
+        return max(harmful, key=harmful.__getitem__) if harmful else SAFE
+
+    @property
+    def excess(self) -> float:
+        """How far past (> 0) or short of (< 0) the threshold the margin is."""
+        return self.harm - self.threshold
+
+    @property
+    def stopped(self) -> bool:
+        return self.excess >= 0.0
+
+    @property
+    def label(self) -> str | None:
+        """The category that stops the text, None when it passes."""
+        return self.top if self.stopped else None
+
+
+def default_encoders(threads: int = 1) -> dict[str, Encoder]:
+    use, e5 = UseEncoder(threads), E5Encoder(threads)
+    return {use.name: use, e5.name: e5}
+
+
+def readings(text: str) -> list[str]:
+    """The texts actually scored for `text`: its pieces, and each obfuscated piece also
+    de-obfuscated."""
+    out: list[str] = []
+    for piece in chunks(text):
+        out.append(piece)
+        cleaned = normalize(piece)
+        if cleaned and cleaned != plain(piece):
+            out.append(cleaned)
+    return out
+
+
+class CategoryClassifier:
+    def __init__(
+        self,
+        model: heads.CategoryModel | None = None,
+        encoders: Mapping[str, Encoder] | None = None,
+    ) -> None:
+        self._model = model
+        self.encoders = dict(encoders) if encoders is not None else default_encoders()
+
+    @property
+    def model(self) -> heads.CategoryModel:
+        if self._model is None:
+            self._model = heads.load()
+        return self._model
+
+    def route(self, text: str) -> str:
+        """The encoder that reads `text`: USE unless its script is one USE never saw (or
+        the model has no USE head)."""
+        use, e5 = UseEncoder.name, E5Encoder.name
+        available = self.model.heads
+        if use in available and (use_can_read(text) or e5 not in available):
+            return use
+        if e5 in available:
+            return e5
+        raise ClassifierError("the category model has no head for a known encoder")
+
+    def score(self, texts: Sequence[str]) -> list[CategoryScores]:
+        """The scores of each text as it is (no pieces, no second reading)."""
+        routes = [self.route(text) for text in texts]
+        out: dict[int, CategoryScores] = {}
+        for name in dict.fromkeys(routes):
+            picked = [i for i, route in enumerate(routes) if route == name]
+            encoder = self.encoders.get(name)
+            if encoder is None:
+                raise ClassifierError(f"no encoder {name} for the category model")
+            pair = self.model.heads[name]
+            rows = encoder.encode([texts[i] for i in picked])
+            margins = pair.harm.margin(rows)
+            probs = pair.category.probabilities(rows)
+            for i, margin, row in zip(picked, margins, probs, strict=True):
+                out[i] = CategoryScores(
+                    harm=float(margin),
+                    threshold=pair.harm.threshold,
+                    probabilities=dict(zip(pair.category.classes, map(float, row), strict=True)),
+                    encoder=name,
+                )
+        return [out[i] for i in range(len(texts))]
+
+    def judge(self, text: str) -> CategoryScores | None:
+        """The worst reading of `text` (None when it has nothing to read)."""
+        return self.judge_many([text])[0]
+
+    def judge_many(self, texts: Sequence[str]) -> list[CategoryScores | None]:
+        """`judge` for several texts, all their readings embedded together."""
+        groups = [readings(text) for text in texts]
+        flat = [reading for group in groups for reading in group]
+        scored = iter(self.score(flat)) if flat else iter(())
+        out: list[CategoryScores | None] = []
+        for group in groups:
+            mine = [next(scored) for _ in group]
+            out.append(max(mine, key=lambda s: s.excess) if mine else None)
+        return out
+
+
+@functools.cache
+def shared() -> CategoryClassifier:
+    """The process's classifier (heads and encoders load on first use, once)."""
+    return CategoryClassifier()
