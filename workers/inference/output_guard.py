@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from schemas.events import OUTPUT_CUT, ErrorInfo, FinishReason, OutputSafety
+from workers.safety.language import detect
 from workers.safety.output_gate import GateStep, OutputGate
 from workers.safety.verdict import Action, reason_for
 from workers.safety.windows import Window
@@ -81,7 +82,8 @@ class OutputGuard:
         for window in step.windows:
             await self._send_window(window)
         if step.cut is not None:
-            reason = reason_for(tuple(self._cut_labels)) or CUT_REPLY
+            answer = "".join([*self._shown, *self._unshown])
+            reason = reason_for(tuple(self._cut_labels), detect(answer)) or CUT_REPLY
             error = ErrorInfo(OUTPUT_CUT, reason, retryable=False)
             self._end(SafetyStop(FinishReason.SAFETY, error, replacement=reason))
         elif step.failed is not None:

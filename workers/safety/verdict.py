@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from workers.safety.language import DEFAULT
+from workers.safety.replies import reply
 from workers.safety.rules import RULES_VERSION, RuleMatch
 
 
@@ -22,50 +24,10 @@ class Action(StrEnum):
     CUT = "cut"
 
 
-# What the user is told, by the most serious label first; the matched text is not echoed.
-_REASONS: tuple[tuple[str, str], ...] = (
-    (
-        "self_harm",
-        "I can't help with that. If you are thinking about hurting yourself, please reach out "
-        "to someone you trust or a local crisis line right now; you don't have to face this "
-        "alone.",
-    ),
-    ("blacklisted_user", "This account can't send messages to the assistant right now."),
-    ("blacklisted_content", "This message has been blocked."),
-    ("violence", "I can't help with hurting someone."),
-    ("weapons", "I can't help with making weapons or explosives."),
-    ("drugs", "I can't help with making illegal drugs."),
-    ("malware", "I can't help with creating malicious software."),
-    ("secret_leak", "The answer was stopped because it contained what looks like a secret key."),
-    ("hate", "I can't help with hateful content."),
-    ("abuse", "Let's keep this respectful; I'm happy to help with something else."),
-    ("profanity", "Let's keep this respectful; I'm happy to help with something else."),
-    (
-        "injection",
-        "This message looks like an attempt to override the assistant's instructions, so it "
-        "was not processed.",
-    ),
-    (
-        "jailbreak",
-        "This message looks like an attempt to switch off the assistant's safeguards, so it "
-        "was not processed.",
-    ),
-    (
-        "smuggling",
-        "This message asks to follow hidden or encoded instructions, so it was not processed.",
-    ),
-)
-_DEFAULT_REASON = "This content was blocked by the safety checks."
-
-
-def reason_for(labels: tuple[str, ...]) -> str:
-    """The user-facing sentence for a stopped turn or answer (empty when nothing fired)."""
-    if not labels:
-        return ""
-    for label, text in _REASONS:
-        if label in labels:
-            return text
-    return _DEFAULT_REASON
+def reason_for(labels: tuple[str, ...], lang: str = DEFAULT) -> str:
+    """The user-facing sentence for a stopped turn or answer, in `lang` where the reply
+    table has it (empty when nothing fired); see `replies.py`."""
+    return reply(labels, lang)
 
 
 @dataclass(frozen=True, slots=True)
