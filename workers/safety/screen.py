@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from workers.safety.blacklist import Blacklist, BlacklistHit, content_hash
+from workers.safety.categories.classifier import CategoryClassifier, CategoryScores, shared
 from workers.safety.errors import SafetyError, ScreenError
+from workers.safety.language import detect
 from workers.safety.normalize import HEAD_CHARS, TAIL_CHARS, cap, encoded_payloads, normalize
 from workers.safety.profanity import LazyProfanity, Scorer
+from workers.safety.quoted import only_quoted, quoted_spans
 from workers.safety.rules import INPUT_RULES, OUTPUT_RULES, RuleMatch, RuleSet
 from workers.safety.verdict import Action, Verdict, reason_for
 
@@ -26,7 +29,7 @@ STOP_LABELS = frozenset(
     {
         "injection", "jailbreak", "smuggling", "hate", "abuse", "weapons", "drugs", "malware",
         "self_harm", "secret_leak", "profanity", "blacklisted_user", "blacklisted_content",
-        "violence",
+        "violence", "violence_weapons", "threats", "sexual", "sexual_minors", "privacy",
     }
 )  # fmt: skip
 _SECOND_PERSON = frozenset(
@@ -45,6 +48,7 @@ class SafetyConfig:
 
     rules: bool = True
     classifier: bool = True
+    categories: bool = True  # the multilingual category classifier (workers.safety.categories)
     blacklist: bool = True
     decode_payloads: bool = True
     input_profanity_threshold: float = 0.9
@@ -99,6 +103,27 @@ class _Errors:
         return "; ".join(self.details) or None
 
 
+def _categorize(
+    classifier: CategoryClassifier,
+    texts: list[str],
+    scores: dict[str, float],
+    extra: list[str],
+) -> bool:
+    """The category classifier's worst reading of `texts` into the verdict: its margin,
+    threshold and top category's probability in `scores`, its category in `extra` when it
+    stops the text. Returns whether it did."""
+    judged = [s for s in classifier.judge_many(texts) if s is not None]
+    if not judged:
+        return False
+    worst: CategoryScores = max(judged, key=lambda s: s.excess)
+    scores["harm"] = worst.harm
+    scores["harm_threshold"] = worst.threshold
+    scores[f"category_{worst.top}"] = worst.probabilities.get(worst.top, 0.0)
+    if worst.label is not None:
+        extra.append(worst.label)
+    return worst.label is not None
+
+
 _ACTIONS = {"input": (Action.ALLOW, Action.BLOCK), "output": (Action.RELEASE, Action.CUT)}
 
 
@@ -111,8 +136,10 @@ def _decide(
     *,
     errors: _Errors,
     start: float,
+    text: str = "",
 ) -> Verdict:
-    """The verdict both screens give: stopped (block / cut) when a stop label fired."""
+    """The verdict both screens give: stopped (block / cut) when a stop label fired; the
+    reason is in the language of `text`."""
     labels = _labels(matches, extra)
     stopped = tuple(label for label in labels if label in config.stop_labels)
     passed, refused = (
@@ -124,7 +151,7 @@ def _decide(
         labels=labels,
         scores=scores,
         matches=tuple(matches),
-        reason=reason_for(stopped),
+        reason=reason_for(stopped, detect(text)) if stopped else "",
         elapsed_ms=_ms_since(start),
         error=errors.code,
         error_detail=errors.detail,
@@ -142,11 +169,13 @@ class InputScreen:
         rules: RuleSet = INPUT_RULES,
         scorer: Scorer | None = None,
         blacklist: Blacklist | None = None,
+        categories: CategoryClassifier | None = None,
     ) -> None:
         self.config = config or SafetyConfig()
         self.rules = rules
         self.scorer: Scorer = scorer if scorer is not None else LazyProfanity()
         self.blacklist = blacklist
+        self.categories = categories if categories is not None else shared()
 
     def warm_up(self) -> Verdict:
         """Load the model and compile everything now (~1.5 s), not on the first turn; a
@@ -218,7 +247,19 @@ class InputScreen:
                     extra.append("profanity")
             except Exception as err:
                 errors.add(err)
-        return _decide("input", self.config, matches, scores, extra, errors=errors, start=start)
+        if config.categories:
+            try:  # the turn as written, and any payload it hides in an encoding
+                raw = cap(text or "", config.head_chars, config.tail_chars)
+                hidden = [p for _, p in encoded_payloads(raw, normalized)]
+                flagged = _categorize(self.categories, [raw, *hidden], scores, extra)
+                if not flagged:  # a quoted injection is the classifier's call
+                    spans = quoted_spans(normalized)
+                    matches = [m for m in matches if not only_quoted(m, spans)]
+            except Exception as err:
+                errors.add(err)
+        return _decide(
+            "input", self.config, matches, scores, extra, errors=errors, start=start, text=text
+        )
 
 
 class OutputCheck:
@@ -232,10 +273,12 @@ class OutputCheck:
         *,
         rules: RuleSet = OUTPUT_RULES,
         scorer: Scorer | None = None,
+        categories: CategoryClassifier | None = None,
     ) -> None:
         self.config = config or SafetyConfig()
         self.rules = rules
         self.scorer: Scorer = scorer if scorer is not None else LazyProfanity()
+        self.categories = categories if categories is not None else shared()
 
     def warm_up(self) -> Verdict:
         """Load the model now rather than on the first window (see InputScreen.warm_up)."""
@@ -264,6 +307,14 @@ class OutputCheck:
                         extra.append("profanity")
                 except Exception as err:
                     errors.add(err)
+            if config.categories:
+                try:
+                    raw = cap(text or "", config.head_chars, config.tail_chars)
+                    _categorize(self.categories, [raw], scores, extra)
+                except Exception as err:
+                    errors.add(err)
         except Exception as err:
             errors.add(err)
-        return _decide("output", config, matches, scores, extra, errors=errors, start=start)
+        return _decide(
+            "output", config, matches, scores, extra, errors=errors, start=start, text=text or ""
+        )
