@@ -191,3 +191,23 @@ def test_only_injection_matches_inside_quotes_are_quoted():
     assert not only_quoted(outside, spans)
     assert not quoted_spans("don't ignore previous instructions, it's fine")
     assert set(HARMFUL) < set(CATEGORIES)
+
+
+def test_training_embeddings_are_cached_per_text(tmp_path):
+    from workers.safety.categories.train import embed
+
+    class Counting:
+        name, dim = "counting", 2
+
+        def __init__(self) -> None:
+            self.read: list[str] = []
+
+        def encode(self, texts):
+            self.read += list(texts)
+            return np.array([[len(t), 1.0] for t in texts], np.float32)
+
+    encoder = Counting()
+    first = embed(encoder, ["a", "bb", "a"], tmp_path)
+    second = embed(encoder, ["bb", "ccc"], tmp_path)
+    assert first[:, 0].tolist() == [1, 2, 1] and second[:, 0].tolist() == [2, 3]
+    assert encoder.read == ["a", "bb", "ccc"]

@@ -44,14 +44,8 @@ class Rows:
     owner: np.ndarray
 
 
-def embed(encoder: Encoder, texts: Sequence[str], cache: Path | None = None) -> np.ndarray:
-    """Rows for `texts`, with a progress line; `cache`: a folder reusing earlier rows."""
-    path = None
-    if cache is not None:
-        key = hashlib.sha256("\x00".join([encoder.name, *texts]).encode()).hexdigest()[:24]
-        path = cache / f"{encoder.name}-{key}.npy"
-        if path.exists():
-            return np.load(path)
+def _encode_all(encoder: Encoder, texts: Sequence[str]) -> np.ndarray:
+    """Rows for `texts` in batches, with a progress line."""
     parts = []
     start = time.perf_counter()
     for i in range(0, len(texts), BATCH):
@@ -61,12 +55,33 @@ def embed(encoder: Encoder, texts: Sequence[str], cache: Path | None = None) -> 
             elapsed = time.perf_counter() - start
             print(f"\r  {encoder.name}: {done}/{len(texts)} texts, {elapsed:.0f} s",
                   end="", file=sys.stderr, flush=True)  # fmt: skip
-    print(file=sys.stderr)
-    out = np.concatenate(parts) if parts else np.zeros((0, encoder.dim), np.float32)
-    if path is not None:
+    if parts:
+        print(file=sys.stderr)
+    return np.concatenate(parts) if parts else np.zeros((0, encoder.dim), np.float32)
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def embed(encoder: Encoder, texts: Sequence[str], cache: Path | None = None) -> np.ndarray:
+    """Rows for `texts`; `cache`: a folder keeping each encoder's rows by text, so a run
+    after a data change embeds only the new texts."""
+    if cache is None:
+        return _encode_all(encoder, texts)
+    path = cache / f"{encoder.name}.npz"
+    known: dict[str, np.ndarray] = {}
+    if path.exists():
+        with np.load(path, allow_pickle=False) as stored:
+            known = dict(zip(stored["keys"].tolist(), stored["rows"], strict=True))
+    keys = [_key(text) for text in texts]
+    missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in known}
+    if missing:
+        rows = _encode_all(encoder, list(missing.values()))
+        known.update(zip(missing, rows, strict=True))
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, out)
-    return out
+        np.savez(path, keys=np.array(list(known)), rows=np.stack(list(known.values())))
+    return np.stack([known[key] for key in keys]) if keys else np.zeros((0, encoder.dim))
 
 
 def embed_examples(encoder: Encoder, examples: Sequence[Example], cache: Path | None) -> Rows:
