@@ -211,3 +211,9 @@ def test_training_embeddings_are_cached_per_text(tmp_path):
     second = embed(encoder, ["bb", "ccc"], tmp_path)
     assert first[:, 0].tolist() == [1, 2, 1] and second[:, 0].tolist() == [2, 3]
     assert encoder.read == ["a", "bb", "ccc"]
+
+
+def test_warm_up_loads_every_encoder_the_model_has():
+    classifier, encoders = _fake_classifier()
+    classifier.warm_up()
+    assert all(encoder.seen == ["warm up"] for encoder in encoders.values())

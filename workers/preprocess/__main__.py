@@ -11,6 +11,7 @@ from schemas.service_process import start_process
 from workers.preprocess.app import build_speech, run_preprocessor
 from workers.runtime.running import serve_until_stopped
 from workers.safety import profanity
+from workers.safety.categories.classifier import shared
 
 
 async def main() -> None:
@@ -19,6 +20,7 @@ async def main() -> None:
     await asyncio.to_thread(speech.warm)  # the first spoken turn must not pay the model load
     if settings.safety_screening:  # nor the first screened turn (~1.5 s to unpickle)
         await asyncio.to_thread(profanity.load)
+        await asyncio.to_thread(shared().warm_up)  # the category model and both encoders
     async with run_preprocessor(settings, speech) as running:
         print("preprocess worker ready", flush=True)
         await serve_until_stopped(running, stop)

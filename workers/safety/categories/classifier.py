@@ -10,6 +10,7 @@ piece. All readings of one call that share an encoder are embedded in one batch.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -78,6 +79,14 @@ class CategoryClassifier:
     ) -> None:
         self._model = model
         self.encoders = dict(encoders) if encoders is not None else default_encoders()
+        self._lock = threading.Lock()  # screens call from worker threads; one read at a time
+
+    def warm_up(self) -> None:
+        """Load the heads and every encoder now, not on the first text a worker screens."""
+        for name in self.model.heads:
+            encoder = self.encoders.get(name)
+            if encoder is not None:
+                encoder.encode(["warm up"])
 
     @property
     def model(self) -> heads.CategoryModel:
@@ -98,6 +107,10 @@ class CategoryClassifier:
 
     def score(self, texts: Sequence[str]) -> list[CategoryScores]:
         """The scores of each text as it is (no pieces, no second reading)."""
+        with self._lock:
+            return self._score(texts)
+
+    def _score(self, texts: Sequence[str]) -> list[CategoryScores]:
         routes = [self.route(text) for text in texts]
         out: dict[int, CategoryScores] = {}
         for name in dict.fromkeys(routes):
