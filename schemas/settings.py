@@ -374,6 +374,12 @@ class Settings:
         "Screen every turn's text (rules, profanity model, blacklists) before it can reach an "
         "engine; a blocked turn ends with finish_reason safety.",
     )
+    safety_categories: bool = _var(
+        "TURNSTREAM_SAFETY_CATEGORIES",
+        True,
+        "Run the multilingual category classifier (workers/safety/categories) in the input "
+        "screen and the output check, next to the rules and the profanity model.",
+    )
     safety_input_threshold: float = _var(
         "TURNSTREAM_SAFETY_INPUT_THRESHOLD",
         0.9,

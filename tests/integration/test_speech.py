@@ -184,7 +184,9 @@ async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talke
 async def test_speech_never_says_what_hold_back_cut():
     secret = "sk-proj-" + "A1b2C3d4" * 5  # an API key: the output rules cut it
     question = "Hello there my friend, please keep " + secret + " " + LONG_QUESTION
-    async with stack(policy="hold_back") as (_, _, client):
+    # The output rules are under test; the category classifier would stop the pasted key at
+    # the input already (it reads it as private data), so it is off here.
+    async with stack(policy="hold_back", safety_categories=False) as (_, _, client):
         turn_id = await client.start_turn(conv(), question, speech=SpeechOptions("espeak"))
         events = await collect(client, turn_id)
     done = next(e for e in events if isinstance(e, ResponseDone))

@@ -217,3 +217,12 @@ def test_warm_up_loads_every_encoder_the_model_has():
     classifier, encoders = _fake_classifier()
     classifier.warm_up()
     assert all(encoder.seen == ["warm up"] for encoder in encoders.values())
+
+
+def test_a_text_judged_recently_is_not_read_again():
+    classifier, encoders = _fake_classifier()
+    first = classifier.judge_many(["a bomb", "hello", "a bomb"])
+    assert encoders[UseEncoder.name].seen == ["a bomb", "hello"]
+    again = classifier.judge("a bomb")
+    assert encoders[UseEncoder.name].seen == ["a bomb", "hello"]
+    assert again == first[0] == first[2] and again is not None and again.stopped

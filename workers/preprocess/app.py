@@ -38,7 +38,10 @@ def build_gate(settings: Settings, clients: WorkerClients) -> InputGate | None:
     use, or earlier through `warm_screen`."""
     if not settings.safety_screening:
         return None
-    config = SafetyConfig(input_profanity_threshold=settings.safety_input_threshold)
+    config = SafetyConfig(
+        input_profanity_threshold=settings.safety_input_threshold,
+        categories=settings.safety_categories,
+    )
     blacklist = RedisBlacklist(clients.redis, prefix=clients.names.prefix)
     return InputGate(
         screen=InputScreen(config, blacklist=blacklist),

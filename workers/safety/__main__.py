@@ -15,7 +15,7 @@ from workers.safety.screen import OutputCheck, SafetyConfig
 
 async def main() -> None:
     settings, stop = start_process()
-    check = OutputCheck(SafetyConfig())
+    check = OutputCheck(SafetyConfig(categories=settings.safety_categories))
     await asyncio.to_thread(check.warm_up)  # the first window must not pay the model load
     async with run_safety_worker(settings, check) as running:
         print("safety worker ready", flush=True)

@@ -24,7 +24,7 @@ async def run_safety_worker(
     service = SafetyService(
         redis=clients.redis,
         producer=clients.producer,
-        check=check or OutputCheck(SafetyConfig()),
+        check=check or OutputCheck(SafetyConfig(categories=settings.safety_categories)),
         config=SafetyServiceConfig(
             worker_id=clients.worker_id, verdicts_topic=clients.topic(SAFETY_VERDICTS)
         ),

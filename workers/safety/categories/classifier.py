@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,9 @@ class CategoryScores:
         return self.top if self.stopped else None
 
 
+RECENT_TEXTS = 1024  # judged texts remembered (a turn is at most ~12 KiB: ~12 MiB worst case)
+
+
 def default_encoders(threads: int = 1) -> dict[str, Encoder]:
     use, e5 = UseEncoder(threads), E5Encoder(threads)
     return {use.name: use, e5.name: e5}
@@ -80,6 +84,8 @@ class CategoryClassifier:
         self._model = model
         self.encoders = dict(encoders) if encoders is not None else default_encoders()
         self._lock = threading.Lock()  # screens call from worker threads; one read at a time
+        # The same text again (a retry, a replay, a flood of one message) costs nothing.
+        self._recent: OrderedDict[str, CategoryScores | None] = OrderedDict()
 
     def warm_up(self) -> None:
         """Load the heads and every encoder now, not on the first text a worker screens."""
@@ -136,15 +142,26 @@ class CategoryClassifier:
         return self.judge_many([text])[0]
 
     def judge_many(self, texts: Sequence[str]) -> list[CategoryScores | None]:
-        """`judge` for several texts, all their readings embedded together."""
-        groups = [readings(text) for text in texts]
+        """`judge` for several texts, all their readings embedded together; a text judged
+        among the last RECENT_TEXTS is not read again."""
+        new = [text for text in dict.fromkeys(texts) if text not in self._recent]
+        groups = [readings(text) for text in new]
         flat = [reading for group in groups for reading in group]
         scored = iter(self.score(flat)) if flat else iter(())
-        out: list[CategoryScores | None] = []
-        for group in groups:
+        judged: dict[str, CategoryScores | None] = {}
+        for text, group in zip(new, groups, strict=True):
             mine = [next(scored) for _ in group]
-            out.append(max(mine, key=lambda s: s.excess) if mine else None)
-        return out
+            judged[text] = max(mine, key=lambda s: s.excess) if mine else None
+        with self._lock:
+            for text in texts:
+                if text not in judged and text in self._recent:
+                    judged[text] = self._recent[text]
+                    self._recent.move_to_end(text)
+            for text in new:
+                self._recent[text] = judged[text]
+            while len(self._recent) > RECENT_TEXTS:
+                self._recent.popitem(last=False)
+        return [judged[text] for text in texts]
 
 
 @functools.cache
