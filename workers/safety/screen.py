@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from workers.safety.blacklist import Blacklist, BlacklistHit, content_hash
-from workers.safety.categories.classifier import CategoryClassifier, CategoryScores, shared
+from workers.safety.categories.classifier import CategoryClassifier, shared, worst_of
 from workers.safety.errors import SafetyError, ScreenError
 from workers.safety.language import detect
 from workers.safety.normalize import HEAD_CHARS, TAIL_CHARS, cap, encoded_payloads, normalize
@@ -113,10 +113,9 @@ def _categorize(
     """The category classifier's worst reading of `texts` into the verdict: its margin,
     threshold and top category's probability in `scores`, its category in `extra` when it
     stops the text. Returns whether it did."""
-    judged = [s for s in classifier.judge_many(texts) if s is not None]
-    if not judged:
+    worst = worst_of(classifier.judge_many(texts))
+    if worst is None:
         return False
-    worst: CategoryScores = max(judged, key=lambda s: s.excess)
     scores["harm"] = worst.harm
     scores["harm_threshold"] = worst.threshold
     scores[f"category_{worst.top}"] = worst.probabilities.get(worst.top, 0.0)
@@ -229,12 +228,20 @@ class InputScreen:
             extra.append("blacklisted_user")
         if hit.content:
             extra.append("blacklisted_content")
+        raw = cap(text or "", config.head_chars, config.tail_chars)
+        decoded: list[tuple[str, str]] | None = None
+
+        def payloads() -> list[tuple[str, str]]:  # decoded once for the rules and categories
+            nonlocal decoded
+            if decoded is None:
+                decoded = encoded_payloads(raw, normalized)
+            return decoded
+
         if config.rules:
             try:
-                raw = cap(text or "", config.head_chars, config.tail_chars)
                 matches = self.rules.scan(normalized, raw)
                 if config.decode_payloads:
-                    matches += self.rules.scan_payloads(encoded_payloads(raw, normalized))
+                    matches += self.rules.scan_payloads(payloads())
             except Exception as err:
                 errors.add(err)
         if config.classifier:
@@ -254,8 +261,7 @@ class InputScreen:
                 errors.add(err)
         if config.categories:
             try:  # the turn as written, and any payload it hides in an encoding
-                raw = cap(text or "", config.head_chars, config.tail_chars)
-                hidden = [p for _, p in encoded_payloads(raw, normalized)]
+                hidden = [p for _, p in payloads()]
                 flagged = _categorize(self.categories, [raw, *hidden], scores, extra)
                 if not flagged:  # a quoted injection is the classifier's call
                     spans = quoted_spans(normalized)

@@ -55,6 +55,12 @@ class CategoryScores:
         return self.top if self.stopped else None
 
 
+def worst_of(scores: Sequence[CategoryScores | None]) -> CategoryScores | None:
+    """The reading furthest past (or least short of) its threshold; None when none read."""
+    read = [s for s in scores if s is not None]
+    return max(read, key=lambda s: s.excess) if read else None
+
+
 RECENT_TEXTS = 1024  # judged texts remembered (a turn is at most ~12 KiB: ~12 MiB worst case)
 
 
@@ -150,8 +156,7 @@ class CategoryClassifier:
         scored = iter(self.score(flat)) if flat else iter(())
         judged: dict[str, CategoryScores | None] = {}
         for text, group in zip(new, groups, strict=True):
-            mine = [next(scored) for _ in group]
-            judged[text] = max(mine, key=lambda s: s.excess) if mine else None
+            judged[text] = worst_of([next(scored) for _ in group])
         with self._lock:
             for text in texts:
                 if text not in judged and text in self._recent:
