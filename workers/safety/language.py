@@ -44,3 +44,13 @@ def detect(text: str) -> str:
         if hits > best_hits:
             best, best_hits = code, hits
     return best
+
+
+LATIN = frozenset({"en", "es", "fr", "de", "pt", "it"})
+
+
+def latin_script(text: str) -> bool:
+    """Whether `text` is written mostly in Latin letters: the English profanity model reads
+    only such text (in Chinese, Russian or Hindi around "kill -9" it saw only the English
+    word and flagged a process manual; the category classifier reads every script)."""
+    return detect(text) in LATIN

@@ -19,7 +19,7 @@ from typing import Literal
 from workers.safety.blacklist import Blacklist, BlacklistHit, content_hash
 from workers.safety.categories.classifier import CategoryClassifier, shared, worst_of
 from workers.safety.errors import SafetyError, ScreenError
-from workers.safety.language import detect
+from workers.safety.language import detect, latin_script
 from workers.safety.normalize import HEAD_CHARS, TAIL_CHARS, cap, encoded_payloads, normalize
 from workers.safety.profanity import LazyProfanity, Scorer
 from workers.safety.quoted import only_quoted, quoted_spans
@@ -244,7 +244,7 @@ class InputScreen:
                     matches += self.rules.scan_payloads(payloads())
             except Exception as err:
                 errors.add(err)
-        if config.classifier:
+        if config.classifier and latin_script(raw):
             try:
                 snippets = _targeted_snippets(normalized)
                 probs = self.scorer.score([normalized, *snippets])
@@ -314,7 +314,7 @@ class OutputCheck:
                     matches = self.rules.scan(normalized, raw)
                 except Exception as err:
                     errors.add(err)
-            if config.classifier:
+            if config.classifier and latin_script(text or ""):
                 try:
                     scores["profanity"] = self.scorer.score([normalized])[0]
                     if scores["profanity"] >= config.output_profanity_threshold:
