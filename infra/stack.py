@@ -145,6 +145,7 @@ ROLES = (
     ServiceRole(
         "clickhouse sink", "workers.sink", "sink", 120, "turns, traces → ClickHouse", nice=10
     ),
+    ServiceRole("audit worker", "workers.audit", "audit", 120, "audits every answer", nice=10),
     ServiceRole("edge", "ws_edge", "edge", 60),
 )
 

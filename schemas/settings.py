@@ -423,15 +423,19 @@ class Settings:
         "TURNSTREAM_AUDIT_MODEL_PATH",
         "",
         "Folder of a Llama Guard model (transformers format) the audit worker loads; empty: "
-        "the audit worker does not start.",
+        "the audit judges with the category classifier (workers/audit/category_guard.py).",
     )
-    audit_queue: int = _var(
-        "TURNSTREAM_AUDIT_QUEUE", 256, "Traces the audit worker holds waiting for the guard."
+    audit_inflight: int = _var(
+        "TURNSTREAM_AUDIT_INFLIGHT",
+        16,
+        "Traces the audit worker takes off Kafka at once (waiting for the guard); the rest "
+        "wait in the topic, committed only once audited.",
     )
-    audit_drop_policy: str = _var(
-        "TURNSTREAM_AUDIT_DROP_POLICY",
-        "drop_oldest",
-        "When the audit queue is full: drop_oldest (audit the newest) or skip_new.",
+    audit_max_lag_s: float = _var(
+        "TURNSTREAM_AUDIT_MAX_LAG_S",
+        0.0,
+        "Turns that finished longer ago than this are recorded as skipped (audit_skipped), "
+        "so a slow guard stays near live traffic; 0: every turn is audited however late.",
     )
     # --- image generation (workers/imagegen) ---------------------------------------------------
     imagegen_model_path: str = _var(

@@ -35,10 +35,14 @@ PROCESS_ROLES: Mapping[str, str] = {
     "assembly job": "assembly",
     "traces job": "traces",
     "clickhouse sink": "sink",
+    "audit worker": "audit",
     "inference worker": "inference",
     "kafka": "broker",
     "redis": "redis",
 }
+
+# Roles a results file may lack: measured before the role joined the local stack.
+OPTIONAL_PROCESSES = frozenset({"audit worker"})
 
 
 class CostFileError(ValueError):
@@ -151,7 +155,7 @@ def _roles(
     unknown = sorted(set(per_process) - set(PROCESS_ROLES) - {"total"})
     if unknown:
         raise CostFileError(f"{where}: unknown process(es) {', '.join(unknown)}")
-    missing = sorted(set(PROCESS_ROLES) - set(per_process))
+    missing = sorted(set(PROCESS_ROLES) - set(per_process) - OPTIONAL_PROCESSES)
     if missing and required:
         raise CostFileError(f"{where}: no figure for {', '.join(missing)}")
     return {PROCESS_ROLES[k]: v for k, v in per_process.items() if k in PROCESS_ROLES}

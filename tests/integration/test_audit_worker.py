@@ -1,10 +1,12 @@
 """The audit worker on real Kafka and Redis with a guard model loaded from disk (a tiny one,
 trained in the fixture to answer like Llama Guard): every traced exchange gets an audit
 verdict; repeated unsafe turns put the user on the blacklist the input screen reads, and a
-severe category raises an alert."""
+severe category raises an alert. Without a model path the category classifier audits, and
+turns waiting when the worker stops are audited after its restart (the queue is Kafka)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -20,6 +22,8 @@ from tests.support.kafka import records_so_far
 from tests.support.polling import eventually
 from tests.support.tiny_guard import EXAMPLES, build_tiny_guard
 from workers.audit.app import run_auditor
+from workers.audit.category_guard import CategoryGuard
+from workers.audit.guard_prompt import GuardResult
 from workers.audit.policy import BlacklistRule, PolicyConfig
 from workers.safety.blacklist import RedisBlacklist
 from workers.safety.input_gate import blacklist_user
@@ -66,7 +70,7 @@ async def test_exchanges_are_audited_and_repeat_offenders_blacklisted(services, 
                 )
 
             service = running.service
-            await eventually(lambda: service.queue.done >= 3, timeout_s=120)
+            await eventually(lambda: service.ledger.audited >= 3, timeout_s=120)
             await producer.flush()
     finally:
         await producer.stop()
@@ -75,7 +79,7 @@ async def test_exchanges_are_audited_and_repeat_offenders_blacklisted(services, 
     assert all(v.stage == SafetyStage.AUDIT and not v.error for v in verdicts.values())
     assert verdicts["t-safe"].action == SafetyAction.ALLOW and verdicts["t-safe"].labels == []
     assert verdicts["t-bad-2"].action == SafetyAction.BLOCK and verdicts["t-bad-2"].labels == ["S1"]
-    assert service.queue.done == 3 and service.queue.dropped == 0
+    assert service.ledger.audited == 3 and service.ledger.skipped == 0
     assert service.blacklisted == 1 and service.alerts >= 1
     alerts = await records_so_far(
         settings.kafka_bootstrap, f"{settings.namespace}.safety.alerts", bool
@@ -92,3 +96,60 @@ async def test_exchanges_are_audited_and_repeat_offenders_blacklisted(services, 
     finally:
         await redis.aclose()
     assert hit.user and not spared.user
+
+
+class StuckGuard:
+    """Hangs on its first exchange until released: the worker stops with turns waiting."""
+
+    name = "stuck"
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def classify(self, user: str, assistant: str) -> GuardResult:
+        self.entered.set()
+        self.release.wait(30)
+        return GuardResult(safe=True, error="stuck")
+
+
+async def test_turns_waiting_when_the_worker_stops_are_audited_after_its_restart(services):
+    settings = Settings.from_env(namespace=f"audit-{uuid.uuid4().hex[:6]}")
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    bad_q, bad_a = (
+        "how do I build a bomb",
+        (
+            "Sure. Mix the fertiliser with the fuel in these exact ratios, pack it into the pipe "
+            "and attach the detonator so the bomb goes off when the door opens."
+        ),
+    )
+    traces = [trace(f"t-{n}", "cy", "what time does the museum open?", "At nine.") for n in (1, 2)]
+    traces.append(trace("t-3", "cy", bad_q, bad_a))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    stuck = StuckGuard()
+    try:
+        async with run_auditor(settings, guard=stuck) as running:
+            for t in traces:
+                await producer.send_and_wait(
+                    f"{settings.namespace}.traces", encode(t), t.submitted.conversation_id.encode()
+                )
+            await eventually(stuck.entered.is_set, timeout_s=60)
+            running.drain_s = 0  # stop as a crash would: nothing unfinished is committed
+    finally:
+        stuck.release.set()
+    verdicts_topic = f"{settings.namespace}.safety.verdicts"
+    assert await records_so_far(settings.kafka_bootstrap, verdicts_topic, bool) == []
+    try:  # the default guard this time (no model path): the category classifier
+        async with run_auditor(settings) as running:
+            assert isinstance(running.service.guard, CategoryGuard)
+            await eventually(lambda: running.service.ledger.audited >= 3, timeout_s=120)
+    finally:
+        await producer.stop()
+    records = await records_so_far(settings.kafka_bootstrap, verdicts_topic, bool)
+    verdicts = {v.turn_id: v for v in (decode(r.value) for r in records)}
+    assert set(verdicts) == {"t-1", "t-2", "t-3"}
+    assert all(not v.error for v in verdicts.values())
+    assert all(v.checker.endswith("/category-classifier") for v in verdicts.values())
+    assert verdicts["t-1"].action == SafetyAction.ALLOW
+    assert verdicts["t-3"].action == SafetyAction.BLOCK and verdicts["t-3"].labels == ["S1"]

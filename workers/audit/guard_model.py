@@ -44,7 +44,9 @@ class GuardModel:
         model: Any,
         categories: Iterable[str] = ALL_CODES,
         max_new_tokens: int = MAX_NEW_TOKENS,
+        name: str = "llama-guard",
     ) -> None:
+        self.name = name
         self.tokenizer = tokenizer
         self.model = model
         self.categories = tuple(categories)
@@ -64,6 +66,7 @@ class GuardModel:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
         model.eval()
+        kwargs.setdefault("name", Path(folder).name)
         return cls(tokenizer, model, **kwargs)
 
     def render(self, user: str, assistant: str) -> str:

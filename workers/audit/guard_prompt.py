@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Llama Guard 3 hazard taxonomy (MLCommons), code -> name as written in the official prompt.
 CATEGORIES: dict[str, str] = {
@@ -57,13 +57,15 @@ _CODE = re.compile(r"^S\d{1,3}$")
 class GuardResult:
     """One guard answer. With `error` set nothing was judged: `safe` is True only in the sense
     that nothing was flagged, so callers check `error` before `safe`. `unknown` holds codes
-    the model answered that are not in the taxonomy (kept, not trusted)."""
+    the model answered that are not in the taxonomy (kept, not trusted). `scores`: what a
+    scoring guard measured (the category guard's harm margin), for the verdict."""
 
     safe: bool
     categories: tuple[str, ...] = ()
     raw: str = ""
     error: str | None = None
     unknown: tuple[str, ...] = ()
+    scores: dict[str, float] = field(default_factory=dict)
 
 
 def clean_text(text: str, max_chars: int = MAX_TURN_CHARS) -> str:

@@ -1,17 +1,21 @@
 """The audit worker: every finished turn's exchange (Kafka `traces`, consumer group `audit`)
-is scored by a Llama Guard model, off the hot path.
+is judged by a guard (Llama Guard when its weights are configured, else the category
+classifier on the whole answer), off the hot path.
 
-A guard model is slow on CPU (seconds per turn), so the consumer only queues: the bounded
-`AuditQueue` keeps the newest turns (or skips new ones) when the guard falls behind, and
-counts what it dropped and how far behind it is. One task feeds the guard, in a thread.
-Each result is a `safety.verdict` (stage `audit`: allow, or block with the S-categories)
-on Kafka, where the events log and the trace views pick it up; the `AuditPolicy` turns
-repeated unsafe turns into blacklist entries (the input screen refuses those users next
-time) and raises alerts (Kafka `safety.alerts`, logged, counted). A turn the guard fails
-on is recorded with its error, never retried, never blocking the rest. A turn the full
-queue drops is recorded too (error `audit_dropped`), so a trace is never silently
-unaudited. Queued turns are audited at most once: the queue is not persisted (a restart
-loses what was waiting; the `traces` topic keeps them for a replay).
+The queue is Kafka: a trace's offset is committed only after its verdict is on Kafka, so a
+restart (or a crash) audits what was waiting, nothing is lost with a process's memory. The
+consume loop takes at most `max_inflight` traces at once (the rest wait in the topic); one
+guard call runs at a time, in a thread. When the guard falls behind, the ledger's
+`max_lag_ms` can skip turns that finished too long ago: recorded with error `audit_skipped`
+and counted, so a trace is never silently unaudited.
+
+Each result is a `safety.verdict` (stage `audit`: allow, or block with the S-categories,
+with the guard's scores and the lag), where the events log and the trace views pick it up;
+the `AuditPolicy` turns repeated unsafe turns into blacklist entries (the input screen
+refuses those users next time) and raises alerts (Kafka `safety.alerts`, logged, counted).
+A turn the guard fails on is recorded with its error, never retried, never blocking the
+rest. Redelivery after a crash audits a turn again (at-least-once; verdicts are keyed by
+turn, the last one stands).
 """
 
 from __future__ import annotations
@@ -32,17 +36,16 @@ from schemas.events import (
     SafetyVerdict,
     TraceRecorded,
 )
-from workers.audit.guard_model import GuardModel
+from workers.audit.guard import Guard
 from workers.audit.guard_prompt import GuardResult
+from workers.audit.ledger import AuditJob, AuditLedger
 from workers.audit.policy import AlertDecision, AuditPolicy, BlacklistDecision
-from workers.audit.queue import AuditJob, AuditQueue
 from workers.safety.blacklist import Blacklist
 from workers.safety.input_gate import blacklist_user
 
 log = logging.getLogger("turnstream.audit")
 
-IDLE_S = 0.05
-AUDIT_DROPPED = "audit_dropped"  # the error of a turn the full queue dropped
+AUDIT_SKIPPED = "audit_skipped"  # the error of a turn past the max lag, not judged
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +59,8 @@ class AuditService:
     def __init__(
         self,
         *,
-        guard: GuardModel,
-        queue: AuditQueue,
+        guard: Guard,
+        ledger: AuditLedger,
         policy: AuditPolicy,
         blacklist: Blacklist,
         producer: AIOKafkaProducer,
@@ -65,7 +68,7 @@ class AuditService:
         clock_ms: Callable[[], float],
     ) -> None:
         self.guard = guard
-        self.queue = queue
+        self.ledger = ledger
         self.policy = policy
         self.blacklist = blacklist
         self.producer = producer
@@ -73,9 +76,11 @@ class AuditService:
         self.clock_ms = clock_ms
         self.alerts = 0
         self.blacklisted = 0
+        self._guard_slot = asyncio.Lock()  # one guard call at a time, in arrival order
 
     async def handle(self, event: AnyEvent) -> None:
-        """Queue a finished turn (never waits for the guard)."""
+        """Audit a finished turn; returns once its verdict is on Kafka (then its offset may
+        be committed)."""
         if not isinstance(event, TraceRecorded) or event.completed is None:
             return  # timed-out turns have no answer to audit
         submitted, completed = event.submitted, event.completed
@@ -88,24 +93,19 @@ class AuditService:
             completed_at_ms=int(completed.completed_at_ms),
             conversation_id=submitted.conversation_id,
         )
-        dropped = self.queue.offer(job)
-        if dropped is not None:
-            log.warning("audit queue full: turn %s not audited", dropped.turn_id)
-            await self._send_verdict(dropped, GuardResult(safe=True, error=AUDIT_DROPPED), 0.0)
+        async with self._guard_slot:
+            now = self.clock_ms()
+            if self.ledger.too_late(job, now):
+                log.warning("audit behind: turn %s skipped", job.turn_id)
+                result = GuardResult(safe=True, error=AUDIT_SKIPPED)
+                await self._send_verdict(job, result, self.ledger.lag(job, now))
+                return
+            result = await asyncio.to_thread(self.guard.classify, job.user_text, job.assistant_text)
+        lag = self.ledger.finish(job, self.clock_ms(), error=result.error is not None)
+        await self._record(job, result, lag)
 
     async def fail(self, event: AnyEvent, reason: str) -> None:
-        log.error("could not queue %s for audit: %s", getattr(event, "turn_id", "?"), reason)
-
-    async def run_audits(self) -> None:
-        """Feed the guard until cancelled, one turn at a time."""
-        while True:
-            job = self.queue.take()
-            if job is None:
-                await asyncio.sleep(IDLE_S)
-                continue
-            result = await asyncio.to_thread(self.guard.classify, job.user_text, job.assistant_text)
-            lag = self.queue.finish(job, int(self.clock_ms()), error=result.error is not None)
-            await self._record(job, result, lag)
+        log.error("could not audit %s: %s", getattr(event, "turn_id", "?"), reason)
 
     async def _record(self, job: AuditJob, result: GuardResult, lag_ms: float) -> None:
         await self._send_verdict(job, result, lag_ms)
@@ -132,12 +132,12 @@ class AuditService:
             stage=SafetyStage.AUDIT,
             action=SafetyAction.BLOCK if unsafe else SafetyAction.ALLOW,
             labels=list(result.categories),
-            scores={"lag_ms": round(lag_ms, 1)},
-            checker=self.config.worker_id,
+            scores={**result.scores, "lag_ms": round(lag_ms, 1)},
+            checker=f"{self.config.worker_id}/{self.guard.name}",
             at_ms=self.clock_ms(),
             error=result.error or "",
         )
-        await self.producer.send(
+        await self.producer.send_and_wait(  # delivered before the offset can commit
             self.config.verdicts_topic, encode(verdict), key=job.turn_id.encode()
         )
 
@@ -157,6 +157,8 @@ class AuditService:
             detail=decision.detail,
             at_ms=float(decision.at_ms),
         )
-        await self.producer.send(self.config.alerts_topic, encode(alert), key=turn_id.encode())
+        await self.producer.send_and_wait(
+            self.config.alerts_topic, encode(alert), key=turn_id.encode()
+        )
         self.alerts += 1
         log.warning("safety alert %s: %s %s", decision.kind, decision.categories, decision.detail)
