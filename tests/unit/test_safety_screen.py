@@ -235,3 +235,23 @@ def test_verdict_record_is_json_ready():
     record = json.loads(json.dumps(verdict.to_dict()))
     assert record["action"] == "cut" and record["matches"][0]["rule"] == "aws_access_key"
     assert record["rules_version"] == "v1"
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ("kill -9 sends SIGKILL; the zombie process is already dead", True),
+        ("Переведите kill -9 PID: процесс-зомби уже мёртв, нужен родитель.", False),
+        ("僵尸进程已经死了 kill -9 没用 需要处理它的父进程。", False),
+    ],
+)
+def test_the_english_profanity_model_reads_only_latin_script_text(text, read):
+    """It saw only the English words inside Chinese or Russian process manuals and cut
+    them; the category classifier reads those scripts."""
+    config = SafetyConfig(rules=False, categories=False)
+    scorer = FixedScorer(0.99)
+    verdict = OutputCheck(config, scorer=scorer).check(text)
+    assert bool(scorer.calls) is read and verdict.stopped is read
+    scorer = FixedScorer(0.99)
+    verdict = InputScreen(config, scorer=scorer).assess(text)
+    assert bool(scorer.calls) is read
