@@ -13,8 +13,8 @@ answer the classifier reads as injection is recorded in `scores`, not flagged.
 
 from __future__ import annotations
 
-from workers.audit.guard_prompt import GuardResult, clean_text
-from workers.safety.categories.chunks import chunks
+from workers.audit.guard_prompt import GuardResult, clean_text, guard_error
+from workers.safety.categories.chunks import CHUNK_CHARS, MAX_CHUNKS, chunks
 from workers.safety.categories.classifier import CategoryClassifier, shared, worst_of
 
 PIECE_CHARS = 200
@@ -54,19 +54,18 @@ class CategoryGuard:
         """The worst piece of the answer decides; never raises."""
         try:
             answer = pieces(clean_text(assistant, MAX_PIECES * PIECE_CHARS))
-            request = chunks(clean_text(user, 8 * 400))
+            request = chunks(clean_text(user, CHUNK_CHARS * MAX_CHUNKS))
             judged = self.classifier.judge_many([*request, *answer])
             asked, said = worst_of(judged[: len(request)]), worst_of(judged[len(request) :])
         except Exception as exc:
-            return GuardResult(safe=True, error=f"guard_error: {type(exc).__name__}: {exc}"[:300])
+            return guard_error(exc)
         scores: dict[str, float] = {}
         if asked is not None:
             scores["prompt_harm"] = round(asked.harm, 4)
-        if said is None:
-            return GuardResult(safe=True, raw="safe", scores=scores)
-        scores["harm"] = round(said.harm, 4)
-        scores["harm_threshold"] = round(said.threshold, 4)
-        code = S_CODES.get(said.label or "")
+        if said is not None:
+            scores["harm"] = round(said.harm, 4)
+            scores["harm_threshold"] = round(said.threshold, 4)
+        code = S_CODES.get(said.label or "") if said is not None else None
         if code is None:
             return GuardResult(safe=True, raw="safe", scores=scores)
         return GuardResult(safe=False, categories=(code,), raw=f"unsafe\n{code}", scores=scores)

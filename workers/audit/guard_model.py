@@ -29,7 +29,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from workers.audit.guard_prompt import ALL_CODES, GuardResult, build_prompt, parse_answer
+from workers.audit.guard_prompt import (
+    ALL_CODES,
+    GuardResult,
+    build_prompt,
+    guard_error,
+    parse_answer,
+)
 
 MAX_NEW_TOKENS = 10
 _LLAMA3_HEADER = "<|start_header_id|>"
@@ -102,4 +108,4 @@ class GuardModel:
             text = self.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
             return parse_answer(text)
         except Exception as exc:
-            return GuardResult(safe=True, error=f"guard_error: {type(exc).__name__}: {exc}"[:300])
+            return guard_error(exc)

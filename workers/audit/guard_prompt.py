@@ -68,6 +68,11 @@ class GuardResult:
     scores: dict[str, float] = field(default_factory=dict)
 
 
+def guard_error(exc: BaseException) -> GuardResult:
+    """A guard that failed: nothing judged, the failure named (the audit records it)."""
+    return GuardResult(safe=True, error=f"guard_error: {type(exc).__name__}: {exc}"[:300])
+
+
 def clean_text(text: str, max_chars: int = MAX_TURN_CHARS) -> str:
     """Drop control/format characters (keeping newline and tab), then cap to `max_chars`."""
     kept = "".join(
