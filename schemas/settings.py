@@ -380,6 +380,20 @@ class Settings:
         "Run the multilingual category classifier (workers/safety/categories) in the input "
         "screen and the output check, next to the rules and the profanity model.",
     )
+    image_safety: bool = _var(
+        "TURNSTREAM_IMAGE_SAFETY",
+        True,
+        "Look at the pixels of uploaded and generated images (the NudeNet detector, "
+        "workers/safety/nudity.py): sexually explicit ones stop the turn. The weights are "
+        "AGPL-3.0 and installed by infra/setup.sh; a worker refuses to start without them "
+        "unless this is off.",
+    )
+    image_safety_model_path: str = _var(
+        "TURNSTREAM_IMAGE_SAFETY_MODEL_PATH",
+        "",
+        "An ONNX file with the NudeNet detector's inputs and classes; empty: the weights of "
+        "the installed nudenet package.",
+    )
     safety_input_threshold: float = _var(
         "TURNSTREAM_SAFETY_INPUT_THRESHOLD",
         0.9,

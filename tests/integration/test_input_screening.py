@@ -4,6 +4,9 @@ history; the verdict is on Kafka; blacklists apply per tenant and user."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import matplotlib
 import pytest
 
 from schemas.channels import RedisNames
@@ -20,8 +23,9 @@ from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt, find_record, records_so_far
 from workers.safety.blacklist import RedisBlacklist
 from workers.safety.blacklist_cli import apply
+from workers.safety.image_screen import ImageScreen
 from workers.safety.input_gate import blacklist_user
-from ws_edge.client import EdgeClient
+from ws_edge.client import EdgeClient, image_part
 from ws_edge.messages import ResponseStarted
 
 pytestmark = pytest.mark.integration
@@ -130,3 +134,55 @@ async def test_a_blacklisted_message_is_refused_however_it_is_spaced(fake_pipeli
     assert refused.finish_reason == FinishReason.SAFETY
     assert refused.error is not None and refused.error.code == "input_blocked"
     assert served.finish_reason == FinishReason.STOP
+
+
+PORTRAIT = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+
+
+async def test_uploaded_images_are_screened_by_the_detector_and_a_stopped_one_stops_the_turn(
+    fake_pipeline,
+):
+    """The real detector on a real photo: allowed, with the face it found in the trace
+    events; then, with the face class declared explicit (no explicit picture is kept in the
+    repo), the same photo stops its turn, judged again from its stored scores."""
+    settings = fake_pipeline.settings
+    vision = fake_pipeline.preprocess.service.images
+    real_screen = vision.screen
+    assert real_screen is not None  # image screening is on by default
+    photo = PORTRAIT.read_bytes()
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        allowed = await client.ask(conv(), "who is this?", parts=[image_part(photo)])
+        vision.screen = ImageScreen(real_screen.model, explicit=frozenset({"FACE_FEMALE"}))
+        try:
+            stopped = await client.ask(conv(), "who is this?", parts=[image_part(photo)])
+        finally:
+            vision.screen = real_screen
+    assert allowed.finish_reason == FinishReason.STOP
+    enriched = decode(
+        (
+            await find_record(
+                settings.kafka_bootstrap,
+                f"{settings.namespace}.turns.enriched",
+                lambda r: allowed.turn_id.encode() in r.value,
+            )
+        ).value
+    )
+    assert isinstance(enriched, TurnEnriched)
+    (image,) = enriched.images
+    assert image.screening is not None and image.screening.action == SafetyAction.ALLOW
+    assert image.screening.scores["FACE_FEMALE"] > 0.5
+
+    assert stopped.finish_reason == FinishReason.SAFETY
+    assert stopped.error is not None and stopped.error.code == "image_blocked"
+    assert "image" in stopped.error.message
+    verdict = decode(
+        (
+            await find_record(
+                settings.kafka_bootstrap,
+                f"{settings.namespace}.safety.verdicts",
+                lambda r: stopped.turn_id.encode() in r.value,
+            )
+        ).value
+    )
+    assert isinstance(verdict, SafetyVerdict) and verdict.action == SafetyAction.BLOCK
+    assert "sexual_image" in verdict.labels and verdict.scores["image.FACE_FEMALE"] > 0.5

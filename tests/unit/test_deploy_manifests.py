@@ -961,6 +961,12 @@ def check_dockerfile(text: str) -> list[str]:
     problems += [
         f"Dockerfile: setup.sh installs extra {e}, the image does not" for e in sorted(missing)
     ]
+    for step, why in (
+        (r"python -m workers\.safety\.categories\.train", "the category heads are not trained"),
+        (r"nudenet==", "the image detector's weights are not installed"),
+    ):
+        if not re.search(step, text):
+            problems.append(f"Dockerfile: {why} (infra/setup.sh does both)")
     if not re.search(r"pip install .*-e \"\.\[", text):
         problems.append("Dockerfile: the package is not pip install -e'd")
     for block in re.findall(r"^ENV ((?:.*\\\n)*.*)$", text, re.M):
@@ -1292,6 +1298,10 @@ def test_checks_catch_compose_and_dockerfile_drift(compose, docs):
     text = DOCKERFILE.read_text().replace(",tts,", ",")
     assert any("tts" in p for p in check_dockerfile(text))
     assert check_dockerfile(text.replace("FROM python:3.11-slim", "FROM python:3.12-slim"))
+    untrained = DOCKERFILE.read_text().replace("workers.safety.categories.train", "x")
+    assert any("category heads" in p for p in check_dockerfile(untrained))
+    undetected = DOCKERFILE.read_text().replace("nudenet==", "x==")
+    assert any("image detector" in p for p in check_dockerfile(undetected))
 
 
 # --- the probe script --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from workers.imagegen.request import ImageLimits
 from workers.imagegen.service import ImageGenConfig, ImageGenService
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
+from workers.safety.image_screen import ImageScreen
 
 CONSUMER_GROUP = "imagegen"
 
@@ -63,6 +64,7 @@ async def run_imagegen_worker(
         names=clients.names,
         config=image_config(settings, clients.worker_id, clients.topic(TTS_SEGMENTS)),
         clock_ms=now_ms,
+        image_screen=ImageScreen.from_settings(settings),
     )
     # One image at a time per pipeline; a few more wait in the loop, the rest in Kafka.
     loop = clients.consume_loop(service.handle, service.fail_turn, max_inflight=4)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import msgspec
 from aiokafka import AIOKafkaProducer
+from PIL import Image
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -41,6 +42,7 @@ from schemas.events import (
     ImageGenerated,
     ImageGeneration,
     ImageProgress,
+    SafetyAction,
     SpeechText,
     Timings,
     TurnAssembled,
@@ -58,7 +60,10 @@ from workers.runtime.control import control_events
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
 from workers.safety.image_rules import IMAGE_LABELS, IMAGE_REASON, IMAGE_RULES
+from workers.safety.image_screen import ImageScreen
+from workers.safety.language import detect
 from workers.safety.screen import STOP_LABELS, OutputCheck, SafetyConfig
+from workers.safety.verdict import reason_for
 
 log = logging.getLogger("turnstream.imagegen")
 
@@ -95,6 +100,7 @@ class ImageGenService:
         config: ImageGenConfig,
         clock_ms: Callable[[], float],
         check: OutputCheck | None = None,
+        image_screen: ImageScreen | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.redis = redis
@@ -106,6 +112,7 @@ class ImageGenService:
         self.config = config
         self.clock_ms = clock_ms
         self.check = check or prompt_check()
+        self.image_screen = image_screen  # None: generated pixels are not looked at
         self._slot = asyncio.Semaphore(1)  # one image at a time per pipeline
         self._cancels: dict[str, threading.Event] = {}  # turns held here → their stop flag
         self.generated = 0
@@ -231,6 +238,13 @@ class ImageGenService:
                 await self._record(ended, assembled, attempt)
                 return
         generate_ms = self.clock_ms() - gen_started
+        generation = msgspec.structs.replace(
+            self._generation(job, steps_done, gen_started), generate_ms=round(generate_ms, 3)
+        )
+        generation = await self._screened(image, generation)
+        if generation.screening is not None and generation.screening.action == SafetyAction.BLOCK:
+            await self._withhold(assembled, job, generation, started_ms, attempt)
+            return
         png = await asyncio.to_thread(png_bytes, image)
         digest = sha256_hex(png)
         await self.blobs.put(digest, png, ttl_s=self.config.blob_ttl_s)
@@ -247,16 +261,42 @@ class ImageGenService:
             ),
         )
         self.generated += 1
-        generation = msgspec.structs.replace(
-            self._generation(job, steps_done, gen_started),
-            sha256=digest,
-            generate_ms=round(generate_ms, 3),
-        )
+        generation = msgspec.structs.replace(generation, sha256=digest)
         ended = self._ended(
             assembled,
             FinishReason.STOP,
             job=job,
             text=caption(job),
+            started_ms=started_ms,
+            generation=generation,
+        )
+        await self._record(ended, assembled, attempt)
+
+    async def _screened(self, image: Image.Image, generation: ImageGeneration) -> ImageGeneration:
+        """The generation with what the image detector saw in the result (when it runs)."""
+        if self.image_screen is None:
+            return generation
+        screening = await asyncio.to_thread(self.image_screen.screen, image)
+        return msgspec.structs.replace(generation, screening=screening)
+
+    async def _withhold(
+        self,
+        assembled: TurnAssembled,
+        job: ImageJob,
+        generation: ImageGeneration,
+        started_ms: float,
+        attempt: str,
+    ) -> None:
+        """A generated image the detector stopped: never stored or shown; the turn ends."""
+        labels = tuple(generation.screening.labels) if generation.screening else ()
+        reason = reason_for(labels, detect(job.prompt))
+        log.info("turn %s: generated image withheld (%s)", assembled.turn_id, ",".join(labels))
+        ended = self._ended(
+            assembled,
+            FinishReason.SAFETY,
+            error=ErrorInfo(BLOCKED, reason),
+            job=job,
+            text=reason,
             started_ms=started_ms,
             generation=generation,
         )

@@ -15,6 +15,7 @@ from workers.preprocess.vision import VisionPipeline
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
 from workers.safety.blacklist import RedisBlacklist
+from workers.safety.image_screen import ImageScreen
 from workers.safety.input_gate import InputGate
 from workers.safety.screen import InputScreen, SafetyConfig
 
@@ -63,7 +64,9 @@ async def run_preprocessor(
         relay=clients.relay,
         blobs=clients.blobs,
         speech=speech or build_speech(settings),
-        images=VisionPipeline.from_settings(settings, clients.blobs),
+        images=VisionPipeline.from_settings(
+            settings, clients.blobs, ImageScreen.from_settings(settings)
+        ),
         outcomes=clients.outcomes,
         names=clients.names,
         config=PreprocessConfig(

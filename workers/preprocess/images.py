@@ -72,6 +72,7 @@ class ProcessedImage:
     pixel_values: np.ndarray = field(repr=False)
     num_patches: int
     format: str
+    view: Image.Image | None = field(default=None, repr=False)  # the letterboxed RGB square
 
 
 # --- format ---------------------------------------------------------------------------------
@@ -339,7 +340,8 @@ def preprocess_image(data: bytes, limits: ImageLimits) -> ProcessedImage:
     """Untrusted bytes to a ProcessedImage, hashed on the original bytes (the blob-store key
     and the dedup key for an image sent twice)."""
     decoded = _decode(data, limits, draft=(limits.target, limits.target))
-    pixels = to_patches(resize_for_model(decoded.image, limits), limits)
+    view = resize_for_model(decoded.image, limits)
+    pixels = to_patches(view, limits)
     pixels.setflags(write=False)
     _, h, w = pixels.shape
     return ProcessedImage(
@@ -349,4 +351,5 @@ def preprocess_image(data: bytes, limits: ImageLimits) -> ProcessedImage:
         pixel_values=pixels,
         num_patches=(h // limits.patch) * (w // limits.patch),
         format=decoded.format,
+        view=view,
     )

@@ -120,10 +120,10 @@ class PreprocessService:
                     preprocess_ms=round(self.clock_ms() - started, 3),
                 )
             if self.gate is not None:
-                decision = await self.gate.judge(turn, enriched.text)
+                decision = await self.gate.judge(turn, enriched.text, enriched.images)
                 if decision.blocked:
                     log.info("turn %s blocked: %s", turn.turn_id, decision.screening.labels)
-                    error = ErrorInfo("input_blocked", decision.reason, False)
+                    error = ErrorInfo(decision.code, decision.reason, False)
                     await self._fail(turn, error, FinishReason.SAFETY, decision.screening)
                     return
                 enriched = msgspec.structs.replace(enriched, screening=decision.screening)

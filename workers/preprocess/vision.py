@@ -4,6 +4,12 @@ An inline image is known by its sha256 before any work: when its tensor is alrea
 (the same picture sent again, by anyone), decoding is skipped — the first layer of the
 encoder cache, counted in `stats`. URL images are fetched first (SSRF-safe, bounded), then
 handled the same way.
+
+With an image screen, the detector looks at each image as the vision tower will see it (the
+letterboxed square), in the same thread as the resize; its screening is stored in the
+tensor's meta, so a picture sent again is not looked at again: its stored scores are judged
+again with today's policy. A meta stored without a screening (screening was off then, or
+the detector failed) is not reused while the screen is on.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from dataclasses import dataclass, field
 import msgspec
 
 from schemas.blobs import BlobStore, sha256_hex
-from schemas.events import ImageInput, MediaRef
+from schemas.events import ImageInput, MediaRef, Screening
 from schemas.settings import Settings
 from workers.preprocess.fetch import FetchLimits, SafeFetcher
-from workers.preprocess.images import ImageLimits, preprocess_image
+from workers.preprocess.images import ImageLimits, ProcessedImage, preprocess_image
 from workers.runtime.retry import retry_transient
 from workers.runtime.tensors import tensor_to_bytes
+from workers.safety.image_screen import ImageScreen
 
 _meta_decoder = msgspec.json.Decoder(ImageInput)
 
@@ -41,10 +48,13 @@ class VisionPipeline:
     fetcher: SafeFetcher
     blobs: BlobStore
     ttl_s: int
+    screen: ImageScreen | None = None  # None: pixels are not screened
     stats: VisionStats = field(default_factory=VisionStats)
 
     @classmethod
-    def from_settings(cls, settings: Settings, blobs: BlobStore) -> VisionPipeline:
+    def from_settings(
+        cls, settings: Settings, blobs: BlobStore, screen: ImageScreen | None = None
+    ) -> VisionPipeline:
         limits = ImageLimits(
             max_bytes=settings.max_media_bytes,
             max_pixels=settings.max_image_pixels,
@@ -56,7 +66,7 @@ class VisionPipeline:
             total_s=settings.fetch_timeout_s,
             max_redirects=settings.fetch_max_redirects,
         )
-        return cls(limits, SafeFetcher(fetch_limits), blobs, settings.media_ttl_s)
+        return cls(limits, SafeFetcher(fetch_limits), blobs, settings.media_ttl_s, screen)
 
     def tensor_key(self, sha256: str) -> str:
         """Same picture, same geometry → same tensor; another geometry is another tensor."""
@@ -75,16 +85,23 @@ class VisionPipeline:
         if data is None:
             stored = await retry_transient("reading tensors", lambda: self.blobs.get(key + ":meta"))
             if stored is not None:
-                self.stats.tensor_hits += 1
-                return _meta_decoder.decode(stored)
+                known = _meta_decoder.decode(stored)
+                if self.screen is None:
+                    self.stats.tensor_hits += 1
+                    return known
+                if self.screen.reusable(known.screening):
+                    self.stats.tensor_hits += 1
+                    seen = self.screen.rejudge(known.screening)  # type: ignore[arg-type]
+                    return msgspec.structs.replace(known, screening=seen)
             data = await load(ref)
-        image = await asyncio.to_thread(preprocess_image, data, self.limits)
+        image, screening = await asyncio.to_thread(self._process, data)
         prepared = ImageInput(
             sha256=sha256,
             tensor_key=key,
             width=image.width,
             height=image.height,
             num_patches=image.num_patches,
+            screening=screening,
         )
         tensor = tensor_to_bytes(image.pixel_values)
         meta = msgspec.json.encode(prepared)
@@ -93,6 +110,12 @@ class VisionPipeline:
                 "storing the tensor", lambda n=name, b=blob: self.blobs.put(n, b, ttl_s=self.ttl_s)
             )
         return prepared
+
+    def _process(self, data: bytes) -> tuple[ProcessedImage, Screening | None]:
+        image = preprocess_image(data, self.limits)
+        if self.screen is None or image.view is None:
+            return image, None
+        return image, self.screen.screen(image.view)
 
     async def aclose(self) -> None:
         await self.fetcher.aclose()

@@ -40,3 +40,9 @@ class DatasetError(SafetyError):
     """The classifier's data set is missing or has a malformed line."""
 
     code: ClassVar[str] = "dataset_error"
+
+
+class DetectorUnavailable(SafetyError):
+    """The image detector's weights are not installed, or not where the settings say."""
+
+    code: ClassVar[str] = "image_detector_unavailable"

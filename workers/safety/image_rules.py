@@ -8,8 +8,9 @@ picture's prompt too. What only matters for pictures: sexual content involving m
 identifiable person without consent (deepfakes, "undress her"). Rules run on the normalised
 text (`workers.safety.normalize`: case, leetspeak, spacing and look-alike tricks folded).
 
-Known gaps: no model looks at the pixels (a benign prompt can still yield an unwanted image
-from a real model); named public figures are not recognised by name.
+The finished image's pixels are looked at too (`image_screen`, nudity only); gore and a
+real person's likeness are judged on the prompt alone. Named public figures are not
+recognised by name.
 """
 
 from __future__ import annotations

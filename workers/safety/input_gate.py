@@ -6,25 +6,33 @@ The verdict goes to Kafka `safety.verdicts` (the audit log) without waiting for 
 the decision itself travels with the turn (`turn.enriched` or the blocked turn's
 `turn.completed`), so the trace has it either way and screening adds no broker round trip.
 Blacklisted users are keyed `tenant/user` (user ids are only unique within a tenant).
+A turn's images were screened where they were decoded (`image_screen`); a stopped image
+stops the turn here, with the text's verdict, in one record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
 from schemas.codec import encode
-from schemas.events import SafetyAction, SafetyStage, Screening, TurnSubmitted
+from schemas.events import ImageInput, SafetyAction, SafetyStage, Screening, TurnSubmitted
+from workers.safety.image_screen import blocked_images
+from workers.safety.language import detect
+from workers.safety.nudity import LABEL as IMAGE_LABEL
 from workers.safety.recording import verdict_event
 from workers.safety.screen import InputScreen
-from workers.safety.verdict import Verdict
+from workers.safety.verdict import Action, Verdict, reason_for
 
 log = logging.getLogger("turnstream.safety.input")
 
 DEFAULT_REASON = "This message was blocked by the safety checks."
+INPUT_BLOCKED = "input_blocked"
+IMAGE_BLOCKED = "image_blocked"
 
 
 def blacklist_user(tenant_id: str, user_id: str) -> str:
@@ -49,6 +57,11 @@ class GateDecision:
     def blocked(self) -> bool:
         return self.screening.action == SafetyAction.BLOCK
 
+    @property
+    def code(self) -> str:
+        """The error code of a blocked turn: its image, or its text."""
+        return IMAGE_BLOCKED if IMAGE_LABEL in self.screening.labels else INPUT_BLOCKED
+
 
 class InputGate:
     def __init__(
@@ -66,10 +79,13 @@ class InputGate:
         self.checker = checker
         self.clock_ms = clock_ms
 
-    async def judge(self, turn: TurnSubmitted, text: str) -> GateDecision:
+    async def judge(
+        self, turn: TurnSubmitted, text: str, images: Sequence[ImageInput] = ()
+    ) -> GateDecision:
         verdict = await self.screen.screen(
             text, user_id=blacklist_user(turn.tenant_id, turn.user_id)
         )
+        verdict = with_images(verdict, images, text)
         decision = GateDecision(screening_of(verdict), verdict.reason or DEFAULT_REASON)
         if verdict.error:
             log.warning("turn %s: a screen check failed: %s", turn.turn_id, verdict.error)
@@ -93,6 +109,25 @@ class InputGate:
             log.warning("turn %s: verdict not published: %r", turn.turn_id, err)
             return
         delivery.add_done_callback(_log_lost)
+
+
+def with_images(verdict: Verdict, images: Sequence[ImageInput], text: str) -> Verdict:
+    """The text's verdict, stopped by the first stopped image when the text was not; the
+    image's detector scores join the verdict's as `image.<class>`."""
+    image = blocked_images([i.screening for i in images])
+    if image is None or verdict.stopped:
+        return verdict
+    labels = (*verdict.labels, *(label for label in image.labels if label not in verdict.labels))
+    errors = ",".join(e for e in (verdict.error, image.error) if e)
+    return dataclasses.replace(
+        verdict,
+        action=Action.BLOCK,
+        labels=labels,
+        scores={**verdict.scores, **{f"image.{k}": v for k, v in image.scores.items()}},
+        reason=reason_for(labels, detect(text)),
+        elapsed_ms=verdict.elapsed_ms + image.elapsed_ms,
+        error=errors or None,
+    )
 
 
 def _log_lost(delivery) -> None:
