@@ -1,12 +1,11 @@
 """The default audit guard on the trained category model: it judges the answer (a refused
 harmful request is a safe exchange), answers in Llama Guard's S-codes, and reads the whole
-answer, where the screens read at most a head and a tail."""
+answer, where a head and a tail would miss the middle."""
 
 from __future__ import annotations
 
 from workers.audit.category_guard import S_CODES, CategoryGuard
-from workers.safety.categories.chunks import MAX_CHUNKS
-from workers.safety.categories.classifier import shared
+from workers.safety.categories.chunks import MAX_CHUNKS, chunks
 from workers.safety.categories.labels import HARMFUL
 
 HARMFUL_ANSWER = (
@@ -33,8 +32,7 @@ def test_a_refused_harmful_request_is_a_safe_exchange_with_its_prompt_scored():
 def test_the_whole_answer_is_read_not_only_its_head_and_tail():
     filler = [BENIGN * 4] * (MAX_CHUNKS * 2)
     answer = "\n".join([*filler[:MAX_CHUNKS], HARMFUL_ANSWER, *filler[MAX_CHUNKS:]])
-    screen_reading = shared().judge(answer)  # what the live screens read: head and tail
-    assert screen_reading is not None and not screen_reading.stopped
+    assert not any("detonator" in p for p in chunks(answer))  # a head and a tail miss it
     result = CategoryGuard().classify("tell me about the museum", answer)
     assert not result.safe and result.categories
 

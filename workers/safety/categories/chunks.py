@@ -1,11 +1,15 @@
 """Long texts in pieces the encoders read well: a sentence encoder averages over its input,
 so one harmful sentence inside a long paste would be diluted; each piece is scored and the
-worst one counts. Bounded: at most MAX_CHUNKS pieces, from the head and the tail."""
+worst one counts. Bounded: at most MAX_CHUNKS pieces, from the head and the tail, or
+WIDE_CHUNKS where the encoder is cheap (`classifier.readings`)."""
 
 from __future__ import annotations
 
 CHUNK_CHARS = 400  # ~ a 50-token window and its overlap
 MAX_CHUNKS = 8
+# Every piece of the longest turn the edge accepts (TURNSTREAM_MAX_TURN_CHARS, 8000, cut at
+# sentence ends into pieces of 200-400 characters), with room to spare.
+WIDE_CHUNKS = 48
 
 
 def _cut(text: str, size: int) -> int:
@@ -34,6 +38,12 @@ def chunks(text: str, size: int = CHUNK_CHARS, limit: int = MAX_CHUNKS) -> list[
         if piece:
             pieces.append(piece)
         rest = rest[end:]
+    return head_and_tail(pieces, limit)
+
+
+def head_and_tail(pieces: list[str], limit: int) -> list[str]:
+    """At most `limit` pieces: half from the start, half from the end (an injection appended
+    to a long paste is still read)."""
     if len(pieces) <= limit:
         return pieces
     return pieces[: limit - limit // 2] + pieces[-(limit // 2) :]
