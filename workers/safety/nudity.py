@@ -70,9 +70,10 @@ class ImageJudgement:
 
 
 def letterbox(rgb: np.ndarray, side: int = INPUT_SIDE) -> tuple[np.ndarray, float]:
-    """An (H, W, 3) uint8 image → the detector's (1, 3, side, side) float32 input in [0, 1],
+    """An (H, W, 3) uint8 RGB image → the detector's (1, 3, side, side) float32 input in [0, 1],
     the image padded black on the right and bottom to a square first (as NudeNet does), and
-    the factor from input pixels back to source pixels."""
+    the factor from input pixels back to source pixels. RGB, as YOLOv8 trains: NudeNet's
+    own code ends up feeding BGR (docs/safety.md#images), which scores a real face lower."""
     from PIL import Image
 
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
