@@ -10,6 +10,8 @@ processes, the broker's JVM, Redis), the end offsets of every topic of the names
 changelogs included) and Redis's `INFO commandstats`; after the last turn it waits until the
 traces of the window's turns reached Kafka, so the analytics roles' work is inside it. Bytes
 are counted by reading the window's records back. The arithmetic is `bench/cost_books.py`.
+Every turn's text is its own (`distinct`), so the safety checks' caches of recent texts do
+not hide their cost.
 
     python -m bench.cost                                  # this tree, fake engine
     python -m bench.cost --baseline origin/main~3         # side by side with a commit
@@ -204,7 +206,9 @@ async def run_level(
             first = True
             try:
                 turn_id = await client.start_turn(
-                    conversation, prompts[i % len(prompts)], max_tokens=max_tokens
+                    conversation,
+                    distinct(prompts[i % len(prompts)], conversation, i),
+                    max_tokens=max_tokens,
                 )
                 async for event in client.events(turn_id, wait_s=120):
                     if isinstance(event, ResponseDelta) and first and event.text:
@@ -223,6 +227,13 @@ async def run_level(
         *(user(c, conv) for c, conv in zip(clients, conversation_ids, strict=True))
     )
     return run
+
+
+def distinct(text: str, conversation: str, i: int) -> str:
+    """A turn's text, marked as its own: real traffic rarely repeats a text, and the safety
+    classifier remembers recent texts (and the fake engine echoes the prompt), so without
+    the mark every check after the first would be a cache hit and its cost would not show."""
+    return f"{text} ({conversation[-8:]} {i})"
 
 
 async def wait_for_traces(stack: Stack, before: Reading, turns: int, timeout_s: float = 20) -> None:
@@ -262,8 +273,9 @@ async def measure_side(label: str, tree: Path, args: argparse.Namespace) -> Side
         cwd=tree,
         env={**os.environ, "TURNSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap},
     )
+    roles = tree_roles(tree)
     children = await asyncio.to_thread(
-        start_pipeline, settings, args.engine, base.state_path / "logs", cwd=tree
+        start_pipeline, settings, args.engine, base.state_path / "logs", roles=roles, cwd=tree
     )
     result = SideResult(label)
     stack = Stack(settings, children, base.state_path)
@@ -485,9 +497,46 @@ def baseline_tree(ref: str):
         ["git", "worktree", "add", "--detach", "-q", str(path), sha], cwd=REPO, check=True
     )
     try:
+        build_artefacts(path)
         yield sha, path
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO, check=False)
+
+
+def tree_roles(tree: Path) -> tuple[str, ...]:
+    """The roles the local stack of `tree` starts (a commit may have fewer than this one,
+    e.g. before the audit worker was a role), by their log names."""
+    if tree == REPO:
+        return ()  # every role of this tree
+    listed = subprocess.run(
+        [sys.executable, "-c", "from infra.stack import ROLES; print(*(r.log for r in ROLES))"],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return tuple(listed.stdout.split())
+
+
+def build_artefacts(tree: Path) -> None:
+    """What setup builds and git does not keep, for a checked-out commit: the safety
+    category model. Ours is copied, then trained again only where the commit's data or
+    settings differ (`--if-stale`), with the embeddings cached under TURNSTREAM_HOME."""
+    ours = REPO / "workers/safety/categories/model"
+    theirs = tree / "workers/safety/categories/model"
+    if ours.is_dir() and not theirs.exists():
+        shutil.copytree(ours, theirs)
+    train = tree / "workers/safety/categories/train.py"
+    if not train.exists():  # a commit from before the classifier
+        return
+    cache = Path(Settings.from_env().state_dir) / "cache" / "category-embeddings"
+    print(f"[baseline] category model: {tree.name} (trained only if stale)", file=sys.stderr)
+    subprocess.run(
+        [sys.executable, "-m", "workers.safety.categories.train", "--if-stale"]
+        + (["--cache", str(cache)] if "--cache" in train.read_text() else []),
+        cwd=tree,
+        check=True,
+    )
 
 
 def git(*args: str) -> str:
