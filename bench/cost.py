@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,7 +234,18 @@ def distinct(text: str, conversation: str, i: int) -> str:
     """A turn's text, marked as its own: real traffic rarely repeats a text, and the safety
     classifier remembers recent texts (and the fake engine echoes the prompt), so without
     the mark every check after the first would be a cache hit and its cost would not show."""
-    return f"{text} ({conversation[-8:]} {i})"
+    return f"{text} ({_letters(zlib.crc32(conversation.encode()))} {_letters(i)})"
+
+
+def _letters(n: int) -> str:
+    """`n` written in letters (a, b, ... ba): a mark with no digits, which the classifier
+    would read as leetspeak and read twice."""
+    out = ""
+    while True:
+        n, digit = divmod(n, 26)
+        out = chr(ord("a") + digit) + out
+        if n == 0:
+            return out
 
 
 async def wait_for_traces(stack: Stack, before: Reading, turns: int, timeout_s: float = 20) -> None:

@@ -54,7 +54,13 @@ from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone
 
 RESULTS = REPO / "bench" / "results"
-FAKE_TEXT = " ".join(f"w{i}" for i in range(28))  # the fake engine answers ~32 tokens
+# The fake engine echoes the prompt (a word a token): 26 words, ~32-token answers. Plain
+# words, so the safety classifier reads them once, as it reads most real text (digits inside
+# words, "w1", look like leetspeak and get a second, de-obfuscated reading).
+FAKE_TEXT = (
+    "Tell me what a good day of walking in the hills looks like, with the weather, the "
+    "food we carry and the view from the top."
+)
 VLLM_TEXT = "Write a short story about a robot who learns to paint."
 
 

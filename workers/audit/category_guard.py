@@ -5,16 +5,17 @@ reads all of it after the fact, in PIECE_CHARS pieces twice, the second time shi
 a piece (so a sentence on a piece's edge is read whole in the other), up to MAX_PIECES each
 (~12 KiB, more than a turn's answer). Pieces are small because a sentence encoder averages:
 one harmful sentence inside 400 characters of museum opening hours read as safe. The answer
-is judged, as Llama Guard judges the last Agent message; the user's request is scored too
-(`prompt_harm`, for analysts) but does not make an exchange unsafe: a refused harmful
-request is a safe exchange. Prompt injection is not a hazard category of the taxonomy, so an
-answer the classifier reads as injection is recorded in `scores`, not flagged.
+is judged, as Llama Guard judges the last Agent message, and only the answer: a refused
+harmful request is a safe exchange, and the request's own scores are already in its input
+verdict (reading it again cost a classifier reading per turn). Prompt injection is not a
+hazard category of the taxonomy, so an answer the classifier reads as injection is recorded
+in `scores`, not flagged.
 """
 
 from __future__ import annotations
 
 from workers.audit.guard_prompt import GuardResult, clean_text, guard_error
-from workers.safety.categories.chunks import CHUNK_CHARS, MAX_CHUNKS, chunks
+from workers.safety.categories.chunks import chunks
 from workers.safety.categories.classifier import CategoryClassifier, shared, worst_of
 
 PIECE_CHARS = 200
@@ -54,14 +55,10 @@ class CategoryGuard:
         """The worst piece of the answer decides; never raises."""
         try:
             answer = pieces(clean_text(assistant, MAX_PIECES * PIECE_CHARS))
-            request = chunks(clean_text(user, CHUNK_CHARS * MAX_CHUNKS))
-            judged = self.classifier.judge_many([*request, *answer])
-            asked, said = worst_of(judged[: len(request)]), worst_of(judged[len(request) :])
+            said = worst_of(self.classifier.judge_many(answer))
         except Exception as exc:
             return guard_error(exc)
         scores: dict[str, float] = {}
-        if asked is not None:
-            scores["prompt_harm"] = round(asked.harm, 4)
         if said is not None:
             scores["harm"] = round(said.harm, 4)
             scores["harm_threshold"] = round(said.threshold, 4)
