@@ -18,13 +18,12 @@ import matplotlib
 import pytest
 from PIL import Image
 
-from schemas.codec import decode
 from schemas.events import TurnCompleted
 from schemas.settings import Settings
 from schemas.worker_state import read_states
 from tests.support.chdb import sink_trace_rows
 from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import completions_of, find_record
+from tests.support.kafka import completions_of, turn_event
 from tests.support.polling import eventually
 from tests.support.stack import pipeline, running_job
 from tests.support.tiny_diffusion import build_tiny_diffusion
@@ -233,15 +232,7 @@ async def test_a_generated_picture_the_detector_stops_is_never_shown(stack, imag
     assert withheld.images == []  # neither shown nor stored
     assert shown.done is not None and shown.done.finish_reason == "stop"
     assert len(shown.images) == 1
-    record = decode(
-        (
-            await find_record(
-                stack.settings.kafka_bootstrap,
-                f"{stack.settings.namespace}.turns.completed",
-                lambda r: done.turn_id.encode() in r.value,
-            )
-        ).value
-    )
+    record = await turn_event(stack.settings, "turns.completed", done.turn_id)
     assert isinstance(record, TurnCompleted) and record.image is not None
     assert record.image.screening is not None
     assert record.image.screening.action == "block"

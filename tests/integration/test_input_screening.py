@@ -20,7 +20,7 @@ from schemas.events import (
     TurnEnriched,
 )
 from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt, find_record, records_so_far
+from tests.support.kafka import assembled_prompt, find_record, records_so_far, turn_event
 from workers.safety.blacklist import RedisBlacklist
 from workers.safety.blacklist_cli import apply
 from workers.safety.image_screen import ImageScreen
@@ -158,15 +158,7 @@ async def test_uploaded_images_are_screened_by_the_detector_and_a_stopped_one_st
         finally:
             vision.screen = real_screen
     assert allowed.finish_reason == FinishReason.STOP
-    enriched = decode(
-        (
-            await find_record(
-                settings.kafka_bootstrap,
-                f"{settings.namespace}.turns.enriched",
-                lambda r: allowed.turn_id.encode() in r.value,
-            )
-        ).value
-    )
+    enriched = await turn_event(settings, "turns.enriched", allowed.turn_id)
     assert isinstance(enriched, TurnEnriched)
     (image,) = enriched.images
     assert image.screening is not None and image.screening.action == SafetyAction.ALLOW
@@ -175,14 +167,6 @@ async def test_uploaded_images_are_screened_by_the_detector_and_a_stopped_one_st
     assert stopped.finish_reason == FinishReason.SAFETY
     assert stopped.error is not None and stopped.error.code == "image_blocked"
     assert "image" in stopped.error.message
-    verdict = decode(
-        (
-            await find_record(
-                settings.kafka_bootstrap,
-                f"{settings.namespace}.safety.verdicts",
-                lambda r: stopped.turn_id.encode() in r.value,
-            )
-        ).value
-    )
+    verdict = await turn_event(settings, "safety.verdicts", stopped.turn_id)
     assert isinstance(verdict, SafetyVerdict) and verdict.action == SafetyAction.BLOCK
     assert "sexual_image" in verdict.labels and verdict.scores["image.FACE_FEMALE"] > 0.5

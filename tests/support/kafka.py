@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from producers.replay.source import partitions_of
 from schemas.codec import decode
-from schemas.events import TurnAssembled
+from schemas.events import AnyEvent, TurnAssembled
 from schemas.settings import Settings
 from schemas.topics import TURNS_ASSEMBLED, TURNS_COMPLETED
 
@@ -34,6 +34,16 @@ async def find_record(
                             return record
     finally:
         await consumer.stop()
+
+
+async def turn_event(settings: Settings, topic: str, turn_id: str) -> AnyEvent:
+    """The first event of a turn on `topic` (its short name: `turns.enriched`), decoded."""
+    record = await find_record(
+        settings.kafka_bootstrap,
+        f"{settings.namespace}.{topic}",
+        lambda r: turn_id.encode() in r.value,
+    )
+    return decode(record.value)
 
 
 async def assembled_prompt(settings: Settings, turn_id: str) -> TurnAssembled:

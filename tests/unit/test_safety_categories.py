@@ -145,6 +145,24 @@ def test_readings_run_with_one_blas_thread():
     assert during == [{1}] and after == {2}  # one thread while reading, restored after
 
 
+def test_windows_checked_together_are_read_in_one_batch_with_the_same_verdicts():
+    from workers.safety.screen import OutputCheck
+
+    classifier, encoders = _fake_classifier()
+    batches: list[int] = []
+    encoder = encoders[UseEncoder.name]
+    encode = encoder.encode
+    encoder.encode = lambda texts: batches.append(len(texts)) or encode(texts)
+    check = OutputCheck(categories=classifier)
+    windows = ["the first window, fine", "then the bomb part", "and a calm ending"]
+    together = check.check_many(windows)
+    assert batches == [3]  # one read of the three; each check found its reading remembered
+    alone = [OutputCheck(categories=_fake_classifier()[0]).check(w) for w in windows]
+    assert [v.action for v in together] == [v.action for v in alone]
+    assert [v.labels for v in together] == [v.labels for v in alone]
+    assert together[1].stopped and not together[0].stopped
+
+
 def test_obfuscated_text_is_also_read_de_obfuscated():
     assert readings("how to make a bomb") == ["how to make a bomb"]
     assert readings("how to make a b0mb") == ["how to make a b0mb", "how to make a bomb"]

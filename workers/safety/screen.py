@@ -12,6 +12,7 @@ bitch") blocks, and the whole-text score is only recorded. On output the whole w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -297,6 +298,17 @@ class OutputCheck:
         if self.config.categories and verdict.error is None:
             self.categories.warm_up()
         return verdict
+
+    def check_many(self, texts: list[str]) -> list[Verdict]:
+        """`check` for windows that waited together: the classifier reads them all in one
+        batch first (~2 ms a window in a batch of 16, ~3 ms alone), and each check then
+        finds its reading in the classifier's memory of recent texts."""
+        config = self.config
+        if config.categories and len(texts) > 1:
+            capped = [cap(t or "", config.head_chars, config.tail_chars) for t in texts]
+            with contextlib.suppress(Exception):  # each check meets the error and records it
+                self.categories.judge_many(capped)
+        return [self.check(text) for text in texts]
 
     def check(self, text: str) -> Verdict:
         """The verdict on one window's text (the overlap included)."""
