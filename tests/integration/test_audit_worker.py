@@ -102,6 +102,7 @@ class StuckGuard:
     """Hangs on its first exchange until released: the worker stops with turns waiting."""
 
     name = "stuck"
+    enforces = True
 
     def __init__(self) -> None:
         self.entered = threading.Event()

@@ -23,6 +23,7 @@ class RecordingProducer:
 
 class ScriptedGuard:
     name = "scripted"
+    enforces = True
 
     def __init__(self, result: GuardResult) -> None:
         self.result = result
@@ -78,3 +79,36 @@ async def test_a_turn_past_the_max_lag_is_recorded_as_skipped_not_judged() -> No
     assert late.action == SafetyAction.ALLOW  # not judged: no block, the error says why
     assert fresh.turn_id == "fresh" and not fresh.error
     assert len(guard.calls) == 1 and audit.ledger.skipped == 1
+
+
+class FakeBlacklist:
+    def __init__(self) -> None:
+        self.users: list[str] = []
+
+    async def add_user(self, user: str, ttl_s: float) -> None:
+        self.users.append(user)
+
+
+async def _audit_unsafe_turns(enforces: bool) -> tuple[FakeBlacklist, RecordingProducer]:
+    producer, blacklist = RecordingProducer(), FakeBlacklist()
+    guard = ScriptedGuard(GuardResult(safe=False, categories=("S4",)))
+    guard.enforces = enforces
+    audit = service(guard, producer, AuditLedger(), now=2000.0)
+    audit.blacklist = blacklist  # type: ignore[assignment]
+    for i in range(4):  # one user (the factories'), four unsafe turns in a minute
+        await audit.handle(trace(f"t{i}", completed_at_ms=1000.0))
+    return blacklist, producer
+
+
+async def test_an_enforcing_guards_repeated_unsafe_turns_blacklist_and_alert() -> None:
+    blacklist, producer = await _audit_unsafe_turns(enforces=True)
+    assert len(blacklist.users) == 1
+    assert any(topic == "alerts" for topic, _ in producer.sent)
+
+
+async def test_a_noisy_guards_unsafe_turns_are_recorded_but_blacklist_and_alert_nobody() -> None:
+    blacklist, producer = await _audit_unsafe_turns(enforces=False)
+    assert blacklist.users == []
+    topics = [topic for topic, _ in producer.sent]
+    assert topics == ["verdicts"] * 4  # every turn's verdict, no alert
+    assert all(decode(v).action == SafetyAction.BLOCK for _, v in producer.sent)

@@ -44,6 +44,8 @@ _LLAMA3_TAIL = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 
 
 class GuardModel:
+    enforces = True  # Llama Guard's verdicts feed the blacklist and alert policy
+
     def __init__(
         self,
         tokenizer: Any,

@@ -112,6 +112,8 @@ class AuditService:
         if result.error is not None:
             log.warning("turn %s not audited: %s", job.turn_id, result.error)
             return
+        if not self.guard.enforces:  # recorded above; too noisy to blacklist or alert on
+            return
         unsafe = not result.safe
         decisions = self.policy.observe(
             job.tenant, job.user_id, unsafe, result.categories, int(self.clock_ms())
