@@ -10,7 +10,7 @@ from schemas.codec import decode
 from schemas.events import FinishReason, Role, TurnCompleted
 from tests.integration.conftest import FAIL_TRIGGER
 from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt, completions_of, find_record
+from tests.support.kafka import assembled_prompt, completions_of, find_record, turn_event
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
 
@@ -85,9 +85,13 @@ async def test_cancel_aborts_generation_and_history_keeps_what_was_shown(fake_pi
 async def test_disconnect_does_not_cancel_the_turn(fake_pipeline):
     conversation = conv()
     async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
-        await client.start_turn(conversation, "keep going " * 5)
+        left = await client.start_turn(conversation, "keep going " * 5)
     async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
         later = await client.ask(conversation, "are you there")
+    first = await turn_event(fake_pipeline.settings, "turns.completed", left)
+    assert isinstance(first, TurnCompleted)
+    assert first.finish_reason == FinishReason.STOP  # answered in full, not cancelled
+    assert first.text.startswith("You said: keep going")
     assert later.text.endswith("(turn 2)")
 
 

@@ -55,10 +55,26 @@ async def test_prefix_cache_serves_a_repeated_history(tiny_engine):
 
 
 async def test_concurrent_requests_are_batched(tiny_engine):
-    results = await asyncio.gather(
-        *[_collect(tiny_engine, request(f"question {i}", max_tokens=20)) for i in range(8)]
-    )
-    assert all(r for r in results)
+    """Eight streams at once are generated together (vLLM's continuous batching), not one
+    after another: some stream's first delta comes before another's last."""
+    order: list[tuple[int, bool]] = []  # (stream, is its last delta), in arrival order
+
+    async def stream(i: int) -> str:
+        text = ""
+        async for delta in tiny_engine.stream(request(f"question {i}", max_tokens=20)):
+            text += delta.text
+            order.append((i, delta.finish_reason is not None))
+        return text
+
+    results = await asyncio.gather(*[stream(i) for i in range(8)])
+    assert all(results)
+    open_at_once, most = set(), 0
+    for i, last in order:
+        open_at_once.add(i)
+        most = max(most, len(open_at_once))
+        if last:
+            open_at_once.discard(i)
+    assert most > 1  # in a one-at-a-time engine each stream ends before the next begins
     assert unfinished(tiny_engine) == 0
 
 
