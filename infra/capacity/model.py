@@ -3,11 +3,12 @@ partitions, edge processes and CPU roles. Pure arithmetic on frozen dataclasses;
 
 The seed's worked example
 -------------------------
-The defaults of `Workload` and `Hardware` are the seed's own inputs (DESIGN.md §4): 1M DAU × 3
-sessions × 5 rounds, 8 active hours, a 3× burst buffer, 2,000 + 500 tokens, 4,000 tokens/s per
-GPU, $3 per GPU-hour. `seed_estimate` is the seed's arithmetic on them (520.8 QPS, 1.30M
-tokens/s, 325.5 → 976.6 GPUs); `infra/capacity/seed.py` recomputes every figure of the example
-(the $2.16M static month, the $300K–400K autoscaled one) and says how each is read.
+The defaults of `Workload` and `Hardware` are the seed's own inputs (docs/architecture.md
+§4): 1M DAU × 3 sessions × 5 rounds, 8 active hours, a 3× burst buffer, 2,000 + 500 tokens,
+4,000 tokens/s per GPU, $3 per GPU-hour. `seed_estimate` is the seed's arithmetic on them
+(520.8 QPS, 1.30M tokens/s, 325.5 → 976.6 GPUs); `infra/capacity/seed.py` recomputes every
+figure of the example (the $2.16M static month, the $300K–400K autoscaled one) and says how
+each is read.
 
 The planner proper (`plan`)
 ---------------------------

@@ -267,7 +267,7 @@ def render_seed(result: Plan, consumer_day: Plan | None = None) -> str:
         )
         rows.append([fig.name, fig.seed, shown, "yes" if fig.matches else "NO"])
     lines = [
-        "The seed's worked example (DESIGN.md §4), recomputed from its own inputs",
+        "The seed's worked example (docs/architecture.md §4), recomputed from its own inputs",
         "",
         f"  inputs: {_n(w.dau)} DAU × {w.sessions_per_user_per_day:g} sessions × "
         f"{w.rounds_per_session:g} rounds, {w.active_hours_per_day:g} active hours, "

@@ -1,4 +1,4 @@
-"""The seed's worked example (DESIGN.md §4), every figure recomputed from the seed's own
+"""The seed's worked example (docs/architecture.md §4), every figure recomputed from the seed's own
 inputs, beside the figure the seed wrote.
 
     1,000,000 DAU × 3 sessions × 5 rounds          = 15,000,000 requests/day
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from infra.capacity.model import HOURS_PER_MONTH, Hardware, Workload, seed_estimate
 
-# What the seed wrote (DESIGN.md §4), as numbers.
+# What the seed wrote (docs/architecture.md §4), as numbers.
 SEED_FIGURES: Mapping[str, float] = {
     "dau": 1_000_000,
     "requests_per_day": 15_000_000,
