@@ -67,7 +67,8 @@ RECENT_TEXTS = 1024  # judged texts remembered (a turn is at most ~12 KiB: ~12 M
 
 @functools.cache
 def _blas_limit() -> Callable[..., contextlib.AbstractContextManager[object]]:
-    """threadpoolctl's limiter, its libraries found once (a scan per call costs ~1 ms)."""
+    """threadpoolctl's limiter, its libraries found once (a scan costs ~1.4 ms, a call on
+    the found ones 0.02 ms); `warm_up` finds them again once the models are loaded."""
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController().limit
@@ -112,11 +113,13 @@ class CategoryClassifier:
         self._recent: OrderedDict[str, CategoryScores | None] = OrderedDict()
 
     def warm_up(self) -> None:
-        """Load the heads and every encoder now, not on the first text a worker screens."""
+        """Load the heads and every encoder now, not on the first text a worker screens;
+        then find the BLAS libraries to keep on one thread again (loading loaded more)."""
         for name in self.model.heads:
             encoder = self.encoders.get(name)
             if encoder is not None:
                 encoder.encode(["warm up"])
+        _blas_limit.cache_clear()
 
     @property
     def model(self) -> heads.CategoryModel:
