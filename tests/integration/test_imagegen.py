@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-from pathlib import Path
 
-import matplotlib
 import pytest
 from PIL import Image
 
@@ -24,6 +22,7 @@ from schemas.worker_state import read_states
 from tests.support.chdb import sink_trace_rows
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import completions_of, turn_event
+from tests.support.media import PORTRAIT
 from tests.support.polling import eventually
 from tests.support.stack import pipeline, running_job
 from tests.support.tiny_diffusion import build_tiny_diffusion
@@ -37,7 +36,6 @@ from ws_edge.messages import ImageOptions, ResponseDone, ResponseImage, Response
 pytestmark = pytest.mark.integration
 
 MAX_STEPS = 200
-PORTRAIT = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,6 @@ history; the verdict is on Kafka; blacklists apply per tenant and user."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import matplotlib
 import pytest
 
 from schemas.channels import RedisNames
@@ -21,6 +18,7 @@ from schemas.events import (
 )
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt, find_record, records_so_far, turn_event
+from tests.support.media import PORTRAIT
 from workers.safety.blacklist import RedisBlacklist
 from workers.safety.blacklist_cli import apply
 from workers.safety.image_screen import ImageScreen
@@ -134,9 +132,6 @@ async def test_a_blacklisted_message_is_refused_however_it_is_spaced(fake_pipeli
     assert refused.finish_reason == FinishReason.SAFETY
     assert refused.error is not None and refused.error.code == "input_blocked"
     assert served.finish_reason == FinishReason.STOP
-
-
-PORTRAIT = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
 
 
 async def test_uploaded_images_are_screened_by_the_detector_and_a_stopped_one_stops_the_turn(

@@ -8,8 +8,10 @@ import re
 import struct
 import subprocess
 import zlib
+from pathlib import Path
 
 import av
+import matplotlib
 import numpy as np
 import pytest
 from PIL import Image
@@ -122,3 +124,8 @@ def count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(audio_decode, "_downmix", counting)
     return calls
+
+
+# A real photo with a face, public domain (Grace Hopper, US Navy), from matplotlib's sample
+# data: what the image detector's tests look at (no explicit picture is kept in the repo).
+PORTRAIT = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"

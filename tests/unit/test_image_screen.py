@@ -6,20 +6,16 @@ driven by declaring the face class explicit."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import matplotlib
 import numpy as np
 import pytest
 from PIL import Image
 
 from schemas.events import SafetyAction, Screening
+from tests.support.media import PORTRAIT
 from workers.preprocess.images import ImageLimits, preprocess_image
 from workers.safety.image_screen import DETECTOR_FAILED, ImageScreen, blocked_images
 from workers.safety.nudity import LABEL
 from workers.safety.nudity_model import NudityModel
-
-PORTRAIT = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """Publishing frames to the edges over Redis pub/sub, batched without adding latency, and
 logged for resumption in the same atomic step.
 
-One awaited PUBLISH per token caps near 7k msgs/s per connection (docs/architecture.md §3). Instead,
-frames queue in memory and a single sender task ships everything queued in one pipelined
+One awaited PUBLISH per token caps near 7k msgs/s per connection (docs/architecture.md §3).
+Instead, frames queue in memory and a single sender task ships everything queued in one pipelined
 round trip: per turn, one call of `RELAY_SCRIPT` that appends its response frames to the
 turn's log (`schemas.turn_log`: a capped stream whose ids are the positions clients resume
 from) and publishes them, positions attached, to the edge that accepted the turn and to
