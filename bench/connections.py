@@ -768,7 +768,8 @@ class PumpRole:
     1/rate s and, on `finish`, `turn.completed`, through the workers' `RelayPublisher`."""
 
     def __init__(self, config: dict[str, Any], conn: Connection) -> None:
-        from schemas.channels import RedisNames, redis_client
+        from runtime.redis import redis_client
+        from schemas.channels import RedisNames
         from workers.runtime.relay import RelayPublisher
 
         self.config = config
@@ -948,7 +949,8 @@ class SubscriberRole:
     routes by turn id, the same decoding), no sessions, no sockets."""
 
     def __init__(self, config: dict[str, Any], conn: Connection) -> None:
-        from schemas.channels import RedisNames, redis_client
+        from runtime.redis import redis_client
+        from schemas.channels import RedisNames
 
         self.config = config
         self.names = RedisNames.for_namespace(config["namespace"])
@@ -1339,8 +1341,8 @@ class EdgeRun:
 
     def start(self) -> None:
         """The edge (its own process, `python -m ws_edge`), the pump, the client processes."""
-        from infra.kafka.topics import ensure_topics
-        from schemas.settings import settings_env
+        from runtime.kafka_topics import ensure_topics
+        from runtime.settings import settings_env
         from schemas.topics import TURNS_SUBMITTED
 
         settings = self.settings
@@ -1852,7 +1854,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from schemas.settings import Settings
+    from runtime.settings import Settings
 
     limit = raise_nofile()
     base = Settings.from_env()

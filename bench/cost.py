@@ -59,8 +59,8 @@ from bench.pipeline_latency import FAKE_TEXT, stack_settings, start_pipeline
 from bench.plotting import save_figure
 from bench.stats import percentile
 from infra.stack import REPO, Child, stop_roles
-from schemas.channels import redis_client
-from schemas.settings import Settings
+from runtime.redis import redis_client
+from runtime.settings import Settings
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ResponseDelta, ResponseDone
@@ -280,7 +280,7 @@ async def measure_side(label: str, tree: Path, args: argparse.Namespace) -> Side
     print(f"[{label}] topics and roles from {tree}", file=sys.stderr)
     await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "infra.kafka.topics", "--namespace", settings.namespace],
+        [sys.executable, "-m", "runtime.kafka_topics", "--namespace", settings.namespace],
         check=True,
         cwd=tree,
         env={**os.environ, "TURNSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap},

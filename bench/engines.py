@@ -21,9 +21,9 @@ import uuid
 
 from bench.plotting import RESULTS, save_figure
 from bench.stream_load import ratios, run_load, table
-from infra.models.smollm2 import convert, default_model_dir
+from runtime.settings import Settings
+from runtime.smollm2 import convert, default_model_dir
 from schemas.events import DecodingParams, Message, Role
-from schemas.settings import Settings
 from workers.inference.engine import Engine, GenerationRequest
 
 TOPICS = [

@@ -42,8 +42,8 @@ import uvloop
 
 from bench.stats import percentile, summary
 from infra.stack import REPO
+from runtime.settings import Settings
 from schemas.events import DecodingParams, ImageInput, Message, Role
-from schemas.settings import Settings
 from tests.support.media import encode_image, noise_image
 from workers.inference.engine import Engine, GenerationRequest
 from workers.inference.image_budget import ImageBudget

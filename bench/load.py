@@ -41,9 +41,9 @@ from bench.knee import Step, bounded, busiest, find_knee, growth_per_minute
 from bench.namespace import drop_namespace
 from bench.pipeline_latency import start_pipeline
 from bench.stats import percentile
-from infra.kafka.topics import ensure_topics
 from infra.stack import REPO, Child, free_port, stop_roles
-from schemas.settings import Settings
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ErrorEvent, ResponseDelta, ResponseDone

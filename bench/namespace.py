@@ -8,8 +8,9 @@ import contextlib
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from schemas.channels import RedisNames, redis_client
-from schemas.settings import Settings
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from schemas.channels import RedisNames
 
 UNLINK_BATCH = 5000
 

@@ -40,12 +40,12 @@ from pathlib import Path
 import uvloop
 
 from bench.stats import Comparison, compare, percentile
-from infra.kafka.topics import ensure_topics
 from infra.stack import REPO, ROLES, Child, free_port, start_roles, stop_roles
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings
+from runtime.tracing.propagation import from_kafka_headers
+from runtime.tracing.spans import consuming, producing
 from schemas.events import DecodingParams, Message, Role
-from schemas.settings import Settings
-from schemas.tracing.propagation import from_kafka_headers
-from schemas.tracing.spans import consuming, producing
 from tests.support.tracing import OtlpReceiver, in_memory_tracing
 from workers.inference.app import build_engine
 from workers.inference.engine import Engine, GenerationRequest

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from schemas.channels import RedisNames, redis_client
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from schemas.channels import RedisNames
 from schemas.codec import encode
 from schemas.events import TokenChunk, TurnStarted
-from schemas.settings import Settings
 from schemas.turn_log import decode_relay_message
 from workers.runtime.relay import LogLimits, RelayPublisher
 

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from producers.replay.plan import from_eval_items
 from producers.replay.runner import Replay, Target
-from schemas.channels import redis_client
+from runtime.redis import redis_client
+from runtime.settings import Settings
 from schemas.flywheel import Candidate, EvalItem, ItemTurn, SetKind
-from schemas.settings import Settings
 from tests.support.stack import pipeline
 from workers.inference.app import build_engine
 from workers.inference.fake_engine import FakeEngine

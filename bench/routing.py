@@ -44,11 +44,12 @@ import uvloop
 from bench.namespace import drop_namespace
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from infra.kafka.topics import ensure_topics
-from schemas.channels import RedisNames, redis_client
+from runtime.kafka_topics import ensure_topics
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.events import TurnAssembled, TurnCompleted
-from schemas.settings import Settings
 from schemas.topics import POOL_PARTITIONS, TURNS_ASSEMBLED, TURNS_COMPLETED
 from schemas.worker_state import decode_state
 from tests.support.kafka import records_so_far

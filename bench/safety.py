@@ -26,7 +26,7 @@ import uvloop
 
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from schemas.settings import Settings
+from runtime.settings import Settings
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient

@@ -69,8 +69,8 @@ class Tokens:
         try:
             from transformers import AutoTokenizer
 
-            from infra.models.smollm2 import default_model_dir
-            from schemas.settings import Settings
+            from runtime.settings import Settings
+            from runtime.smollm2 import default_model_dir
 
             folder = default_model_dir(Settings.from_env())
             if (folder / "tokenizer_config.json").is_file():

@@ -28,13 +28,13 @@ import uuid
 from aiokafka import AIOKafkaProducer
 
 from bench.stats import summary
-from infra.clickhouse.client import connect
-from infra.clickhouse.migrate import migrate
-from infra.kafka.topics import ensure_topics
 from infra.stack import REPO
+from runtime.clickhouse.client import connect
+from runtime.clickhouse.migrate import migrate
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings
 from schemas.codec import encode
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from tests.support.factories import completed
 from tests.support.polling import eventually
 from workers.sink.app import TURNS, run_sink

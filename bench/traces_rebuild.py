@@ -23,7 +23,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.namespace import drop_namespace
 from bench.stats import summary
-from infra.kafka.topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings
 from schemas.codec import decode, encode
 from schemas.events import (
     FinishReason,
@@ -36,7 +37,6 @@ from schemas.events import (
     Usage,
 )
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import (
     TRACE_TICKS,
     TRACES,

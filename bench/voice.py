@@ -39,7 +39,7 @@ import uvloop
 
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from schemas.settings import Settings
+from runtime.settings import Settings
 from tests.support.media import pcm16, quiet_room, spoken
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine

@@ -3,7 +3,7 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# The same variables (and defaults) as schemas/settings.py, where they are documented.
+# The same variables (and defaults) as runtime/settings.py, where they are documented.
 TURNSTREAM_HOME="${TURNSTREAM_HOME:-$HOME/.turnstream}"
 KAFKA_BOOTSTRAP="${TURNSTREAM_KAFKA_BOOTSTRAP:-127.0.0.1:19092}"
 REDIS_URL="${TURNSTREAM_REDIS_URL:-redis://127.0.0.1:16379/0}"

@@ -7,9 +7,9 @@ start() {
   "$REPO_ROOT/infra/redis/redis.sh" start
   "$REPO_ROOT/infra/kafka/kafka.sh" start
   log "creating topics from schemas/topics.py"
-  "$PYTHON" -m infra.kafka.topics
+  "$PYTHON" -m runtime.kafka_topics
   log "applying ClickHouse migrations"
-  "$PYTHON" -m infra.clickhouse.migrate
+  "$PYTHON" -m runtime.clickhouse.migrate
 }
 
 stop() {

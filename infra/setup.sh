@@ -67,7 +67,7 @@ main() {
   python_env
   "$REPO_ROOT/infra/kafka/kafka.sh" fetch
   if [[ "${1:-}" != "--no-model" ]]; then
-    (cd "$REPO_ROOT" && "$PYTHON" -m infra.models.smollm2)
+    (cd "$REPO_ROOT" && "$PYTHON" -m runtime.smollm2)
   fi
   log "safety category model (trained from workers/safety/dataset when the data changed; ~2 min)"
   (cd "$REPO_ROOT" && "$PYTHON" -m workers.safety.categories.train --if-stale)

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.models.smollm2 import default_model_dir, is_converted
-from schemas.settings import Settings
+from runtime.settings import Settings
+from runtime.smollm2 import default_model_dir, is_converted
 from ws_edge.auth import mint_token
 from ws_edge.chat import chat
 
@@ -217,7 +217,7 @@ def prepare(settings: Settings, engine: str) -> None:
     if engine in ("vllm", "transformers") and not settings.model_path:
         print("[2/6] bundled model", file=sys.stderr)
         if not is_converted(default_model_dir(settings)):
-            subprocess.run([sys.executable, "-m", "infra.models.smollm2"], check=True, cwd=REPO)
+            subprocess.run([sys.executable, "-m", "runtime.smollm2"], check=True, cwd=REPO)
         else:
             print(f"  ✓ {default_model_dir(settings)}", file=sys.stderr)
 

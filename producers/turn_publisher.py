@@ -16,9 +16,9 @@ import logging
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from runtime.tracing.spans import producing
 from schemas.codec import encode
 from schemas.events import FeedbackGiven, TurnSubmitted, TurnTruncated
-from schemas.tracing.spans import producing
 
 log = logging.getLogger("turnstream.publisher")
 

@@ -1,14 +1,12 @@
 """Redis channel and key names, in one place so every service agrees on them.
 
-`redis_client` builds the one kind of client every service uses. All names hang under a
-prefix (default ``ts``) that isolates test runs the same way the topic namespace does.
+All names hang under a prefix (default ``ts``) that isolates test runs the same way the topic
+namespace does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from redis.asyncio import BlockingConnectionPool, Redis
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +81,3 @@ class RedisNames:
     def owner_key(self, tenant_id: str, conversation_id: str) -> str:
         """Which user of the tenant owns a conversation: nobody else may add turns to it."""
         return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:owner"
-
-
-def redis_client(url: str, *, max_connections: int = 64, wait_s: float = 5.0) -> Redis:
-    """A Redis client whose pool waits for a free connection (up to `wait_s`) instead of
-    failing at once under a burst: bounded connections, backpressure rather than errors."""
-    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait_s)
-    return Redis(connection_pool=pool)

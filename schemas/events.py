@@ -193,7 +193,7 @@ class TurnSubmitted(Event, tag="turn.submitted"):
     # the W3C traceparent of the turn's root span at the edge ("" when not traced): the
     # Kafka headers carry each hop's own context; this copy rides inside every later event
     # (as their `submitted`), for hops that lost the headers and for the trace's ClickHouse
-    # row (schemas/tracing)
+    # row (runtime/tracing)
     traceparent: str = ""
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from runtime.settings import DEV_AUTH_SECRET, Settings
 from schemas.errors import SettingsError
-from schemas.settings import DEV_AUTH_SECRET, Settings
 
 MIN_SECRET_BYTES = 32  # HS256: a key shorter than the hash is brute-forceable offline
 

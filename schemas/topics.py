@@ -1,6 +1,6 @@
 """The Kafka topic registry: every topic the system uses, with partitions, key and retention.
 
-Topics are created from this registry by `infra.kafka.topics` (auto-create is off on the
+Topics are created from this registry by `runtime.kafka_topics` (auto-create is off on the
 broker). A namespace prefix isolates test runs and replays from live traffic.
 """
 

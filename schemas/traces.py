@@ -2,7 +2,7 @@
 
 A turn leaves `turn.submitted`, `turn.enriched`, `turn.assembled` and `turn.completed` in
 Kafka; `build_trace` folds whichever of them arrived into one wide row for ClickHouse
-`traces` (see `infra/clickhouse/migrations/0002_traces.sql` for the columns' meaning). A turn
+`traces` (see `runtime/clickhouse/migrations/0002_traces.sql` for the columns' meaning). A turn
 whose completion never came is closed with `status = 'timed_out'` by whoever gives up on it.
 The column order of `TRACE_COLUMNS` is the insert order.
 """
@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from runtime.tracing.propagation import trace_id_of
 from schemas.events import (
     MediaKind,
     PromptContext,
@@ -22,7 +23,6 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.stats import percentile
-from schemas.tracing.propagation import trace_id_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ class TraceRow:
     cost_usd: float
     run_id: str  # the replay run ('' for live traffic)
     arm: str  # the canary arm ('' when no experiment ran)
-    trace_id: str  # the turn's OpenTelemetry trace ('' when not traced; schemas/tracing)
+    trace_id: str  # the turn's OpenTelemetry trace ('' when not traced; runtime/tracing)
     # a generated image (workers/imagegen; '' / 0 for text answers): migration 0014
     image_prompt: str
     image_width: int

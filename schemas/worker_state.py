@@ -1,6 +1,6 @@
 """An inference worker's state as the router reads it (Redis hash
 `RedisNames.worker_states_key(pool)`, field = worker id), written every
-TURNSTREAM_WORKER_STATE_INTERVAL_MS.
+TURNSTREAM_WORKER_STATE_INTERVAL_MS by `runtime.state_board`.
 
 Unlike `WorkerMetrics` (Kafka, for history and dashboards) this is only the latest value,
 and it says which partitions of the pool's topic the worker owns right now (so the router
@@ -10,13 +10,7 @@ approximately: `schemas.prefix`).
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 import msgspec
-from redis.asyncio import Redis
-
-log = logging.getLogger("turnstream.worker_state")
 
 
 class WorkerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -45,21 +39,6 @@ def encode_state(state: WorkerState) -> bytes:
 def decode_state(raw: bytes) -> WorkerState:
     """Raises msgspec.DecodeError/ValidationError on a malformed entry (callers skip it)."""
     return _decoder.decode(raw)
-
-
-async def read_states(redis: Redis, key: str, *, timeout_s: float = 0.2) -> list[WorkerState]:
-    """Every decodable entry of a pool's board (an entry that does not decode, from a worker
-    of another version or half-written, is skipped). Redis errors and timeouts propagate:
-    the caller decides what an unreadable board means."""
-    async with asyncio.timeout(timeout_s):
-        raw = await redis.hgetall(key)
-    states = []
-    for worker, value in raw.items():
-        try:
-            states.append(decode_state(value))
-        except (msgspec.DecodeError, msgspec.ValidationError) as err:
-            log.warning("skipping the state of worker %r: %s", worker, err)
-    return states
 
 
 def fresh(states: list[WorkerState], now_ms: float, ttl_ms: float) -> list[WorkerState]:

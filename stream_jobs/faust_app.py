@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import faust
 
-from schemas.service_process import serve_process_metrics
-from schemas.settings import Settings
+from runtime.service_process import serve_process_metrics
+from runtime.settings import Settings
+from runtime.tracing.provider import configure as configure_tracing
 from schemas.topics import TURNS_SUBMITTED
-from schemas.tracing.provider import configure as configure_tracing
 from stream_jobs.metrics import install_metrics
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import faust
 from faust.sensors.prometheus import FaustMetrics, PrometheusMonitor
 
-from schemas.prometheus import REGISTRY
-from workers.runtime.lag import LagGauge
+from runtime.lag import LagGauge
+from runtime.prometheus import REGISTRY
 
 
 @functools.cache

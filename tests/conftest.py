@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uvloop
 
-from schemas.service_process import start_process
+from runtime.service_process import start_process
 from ws_edge.server import EdgeServer
 
 

@@ -22,7 +22,7 @@ import wave
 from base64 import b64decode
 from pathlib import Path
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, TurnRejected, audio_part, image_part
 from ws_edge.messages import (

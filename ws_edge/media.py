@@ -11,7 +11,7 @@ import binascii
 from base64 import b64decode
 from dataclasses import dataclass, field
 
-from schemas.blobs import sha256_hex
+from runtime.blobs import sha256_hex
 from schemas.events import MediaKind, MediaRef
 from ws_edge.errors import InvalidMessage, MediaTooLarge
 from ws_edge.messages import AudioPart, CreateTurn, ImagePart, TextPart

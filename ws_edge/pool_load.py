@@ -12,8 +12,9 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from runtime.state_board import read_states
 from schemas.channels import RedisNames
-from schemas.worker_state import fresh, read_states
+from schemas.worker_state import fresh
 from ws_edge.overload import LoadSignal
 
 log = logging.getLogger("turnstream.edge.load")

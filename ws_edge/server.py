@@ -22,10 +22,14 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from producers.turn_publisher import PublishFailed, TurnPublisher
-from schemas import prometheus as prom
-from schemas.blobs import blob_store
+from runtime import prometheus as prom
+from runtime.blobs import blob_store
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from runtime.tracing import spans
+from runtime.tracing.propagation import from_http_headers, traceparent
 from schemas.canary import apply_arm
-from schemas.channels import RedisNames, redis_client
+from schemas.channels import RedisNames
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
 from schemas.events import (
@@ -39,10 +43,7 @@ from schemas.events import (
 )
 from schemas.exposure import require_safe_exposure
 from schemas.ids import make_instance_id, now_ms
-from schemas.settings import Settings
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
-from schemas.tracing import spans
-from schemas.tracing.propagation import from_http_headers, traceparent
 from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
 from ws_edge.admission import AdmissionControl
 from ws_edge.canary import CanaryWatch

@@ -13,12 +13,12 @@ from collections.abc import Collection
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench.faults.books import Completion
-from infra.clickhouse.client import DEFAULT_DATABASE, analyst_client
 from producers.replay.source import partitions_of
+from runtime.clickhouse.client import DEFAULT_DATABASE, analyst_client
+from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import TurnCompleted
-from schemas.settings import Settings
 from schemas.topics import TURNS_COMPLETED
 
 

@@ -35,8 +35,8 @@ from bench.faults.records import completions, wait_for_traces
 from bench.faults.scenarios import SCENARIOS, FaultContext, Scenario, wait_until_streaming
 from bench.faults.services import IsolatedServices, isolated_services
 from bench.faults.stack import FaultStack, roles
-from infra.models.smollm2 import default_model_dir
-from schemas.settings import Settings
+from runtime.settings import Settings
+from runtime.smollm2 import default_model_dir
 
 Progress = Callable[[str], None]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.stack import REPO
-from schemas.settings import Settings
+from runtime.settings import Settings
 
 INFRA = REPO / "infra"
 

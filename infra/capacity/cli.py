@@ -123,8 +123,8 @@ def _measure(args: argparse.Namespace, inputs: Inputs, err: TextIO) -> Inputs:
         pools = tuple(x.strip() for x in args.bench_pools.split(",") if x.strip())
         measured.update(load_bench(args.from_bench, pools))
     if args.from_clickhouse:
-        from infra.clickhouse.client import analyst_client
-        from schemas.settings import Settings
+        from runtime.clickhouse.client import analyst_client
+        from runtime.settings import Settings
 
         try:
             client = analyst_client(Settings.from_env())

@@ -39,7 +39,7 @@ from typing import Any
 
 from infra.capacity.model import Hardware, PoolHardware
 
-DEFAULT_DATABASE = "turnstream"  # infra.clickhouse.client's; not imported (no driver needed)
+DEFAULT_DATABASE = "turnstream"  # runtime.clickhouse.client's; not imported (no driver needed)
 
 
 class MeasurementError(ValueError):

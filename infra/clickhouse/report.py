@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.clickhouse.client import DEFAULT_DATABASE, analyst_client
-from schemas.settings import Settings
+from runtime.clickhouse.client import DEFAULT_DATABASE, analyst_client
+from runtime.settings import Settings
 
 DB = DEFAULT_DATABASE
 

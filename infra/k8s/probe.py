@@ -115,8 +115,8 @@ def board_alive(states: list, now_ms: float, max_age_s: float) -> tuple[bool, st
 def check_board(liveness: bool, max_age_s: float) -> tuple[bool, str]:
     import redis
 
+    from runtime.settings import Settings
     from schemas.channels import RedisNames
-    from schemas.settings import Settings
 
     settings = Settings.from_env()
     if settings.worker_state_interval_ms <= 0:
@@ -139,7 +139,7 @@ def check_board(liveness: bool, max_age_s: float) -> tuple[bool, str]:
 
 
 def check_kafka() -> tuple[bool, str]:
-    from schemas.settings import Settings
+    from runtime.settings import Settings
 
     tables = [p.read_text() for p in TCP_TABLES if p.exists()]
     return kafka_connected(Settings.from_env().kafka_bootstrap, tables)

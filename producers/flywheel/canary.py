@@ -26,12 +26,13 @@ from pathlib import Path
 import msgspec
 from redis.exceptions import RedisError
 
-from infra.clickhouse.client import analyst_client
-from infra.clickhouse.sql import clickhouse_message, render_table
+from runtime.clickhouse.client import analyst_client
+from runtime.clickhouse.sql import clickhouse_message, render_table
+from runtime.redis import redis_client
+from runtime.settings import Settings
 from schemas.canary import CanaryConfig, parse_config
-from schemas.channels import RedisNames, redis_client
+from schemas.channels import RedisNames
 from schemas.flywheel import Candidate
-from schemas.settings import Settings
 
 COMPARE_SQL = """
 SELECT

@@ -30,7 +30,7 @@ tenant, time, reason, the query). `--since` (default 7d; or an ISO date) and `--
 items first, then the newest recorded turns); `--no-clickhouse` builds golden and red-team
 sets from files only. Same data and options → the same `items.jsonl` (same `items_sha256`);
 duplicates (the same id, or the same conversation) and everything skipped are counted in
-the manifest's `notes`. ClickHouse is reached as `python -m infra.clickhouse.sql` reaches it
+the manifest's `notes`. ClickHouse is reached as `python -m runtime.clickhouse.sql` reaches it
 (a server, the running sink's HTTP interface, or the embedded engine); media come from the
 blob store of `TURNSTREAM_NAMESPACE`.
 
@@ -60,8 +60,6 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 from redis.exceptions import RedisError
 
-from infra.clickhouse.client import DEFAULT_DATABASE, analyst_client, embedded_path
-from infra.clickhouse.sql import clickhouse_message
 from producers.flywheel.inputs import (
     REDTEAM_SOURCE,
     EvalSetError,
@@ -90,13 +88,16 @@ from producers.flywheel.selection import (
     selection_sql,
     version_name,
 )
-from schemas.blobs import blob_store
-from schemas.channels import RedisNames, redis_client
+from runtime.blobs import blob_store
+from runtime.clickhouse.client import DEFAULT_DATABASE, analyst_client, embedded_path
+from runtime.clickhouse.sql import clickhouse_message
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import TurnSubmitted
 from schemas.flywheel import EvalItem, EvalSetManifest, MediaItem, SetKind, write_jsonl
-from schemas.settings import Settings
 
 EXIT_BAD_INPUT = 1
 EXIT_UNAVAILABLE = 2
@@ -170,7 +171,7 @@ def _query(client: Client, sql: str, parameters: dict) -> list[Sequence]:
         return client.query(sql, parameters=parameters).result_rows
     except ClickHouseError as err:
         message = clickhouse_message(err)
-        hint = " (migrations applied? python -m infra.clickhouse.migrate)"
+        hint = " (migrations applied? python -m runtime.clickhouse.migrate)"
         known = "UNKNOWN_TABLE" in message or "does not exist" in message
         raise ServiceUnavailable(f"ClickHouse query failed: {message}{hint * known}") from err
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import wave
 
-from schemas.blobs import sha256_hex
+from runtime.blobs import sha256_hex
 from schemas.events import MediaRef
 from schemas.flywheel import MediaItem
 

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import msgspec
 
-from infra.kafka.topics import ensure_topics
 from infra.stack import Child, StackError, start_roles, stop_roles
 from producers.replay.plan import (
     PlanError,
@@ -39,9 +38,10 @@ from producers.replay.plan import (
 )
 from producers.replay.runner import Replay, Target, iso_now
 from producers.replay.source import SourceError, read_eval_set, read_recorded
-from schemas.channels import redis_client
+from runtime.kafka_topics import ensure_topics
+from runtime.redis import redis_client
+from runtime.settings import Settings, settings_env
 from schemas.flywheel import Candidate, RunManifest, write_jsonl
-from schemas.settings import Settings, settings_env
 from schemas.topics import REGISTRY
 
 # the roles a replay needs: no edge (the runner is the client), no speech

@@ -30,14 +30,14 @@ from producers.replay.plan import (
 )
 from producers.replay.source import partitions_of
 from producers.turn_publisher import TurnPublisher
-from schemas.blobs import BlobStore, blob_store
+from runtime.blobs import BlobStore, blob_store
+from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import MediaKind, MediaRef, TurnCompleted, TurnSubmitted
 from schemas.flywheel import Candidate, TurnResult
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import TURNS_COMPLETED, TURNS_SUBMITTED
 from schemas.traces import Prices
 from workers.runtime.ranges import stop_consumer

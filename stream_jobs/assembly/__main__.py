@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from infra.models.smollm2 import default_model_dir
-from schemas.channels import RedisNames, redis_client
-from schemas.settings import Settings
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from runtime.smollm2 import default_model_dir
+from schemas.channels import RedisNames
 from stream_jobs.assembly.answer_cache import AnswerCache, CacheConfig
 from stream_jobs.assembly.app import AssemblyJob, create_app
 from stream_jobs.assembly.retrieval import EmbeddingRetriever

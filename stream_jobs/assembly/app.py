@@ -24,7 +24,12 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from schemas.channels import RedisNames, redis_client
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from runtime.tracing import spans
+from runtime.tracing.propagation import from_traceparent, incoming_context
+from runtime.tracing.spans import consuming, producing
+from schemas.channels import RedisNames
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
 from schemas.events import (
@@ -37,7 +42,6 @@ from schemas.events import (
     TurnTruncated,
 )
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import (
     DEAD_LETTERS,
     IMAGES_REQUESTED,
@@ -46,9 +50,6 @@ from schemas.topics import (
     TURNS_ENRICHED,
     pool_topic,
 )
-from schemas.tracing import spans
-from schemas.tracing.propagation import from_traceparent, incoming_context
-from schemas.tracing.spans import consuming, producing
 from stream_jobs.assembly.answer_cache import AnswerCache
 from stream_jobs.assembly.endpoint_picker import EndpointPicker
 from stream_jobs.assembly.prompt import Passage, assemble, with_image_placeholders

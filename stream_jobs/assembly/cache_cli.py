@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from schemas.channels import RedisNames, redis_client
-from schemas.settings import Settings
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from schemas.channels import RedisNames
 from stream_jobs.assembly.semantic_cache import MiniLMEmbedder, SemanticCache
 
 

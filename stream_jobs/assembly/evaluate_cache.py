@@ -156,7 +156,7 @@ async def through_redis(
     threshold: float,
 ) -> tuple[list[Outcome], dict]:
     """The workload through a real SemanticCache in a throwaway namespace (deleted after)."""
-    from schemas.channels import redis_client
+    from runtime.redis import redis_client
 
     redis = redis_client(url)
     prefix = f"eval-{uuid.uuid4().hex[:8]}:ts"

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from runtime.state_board import read_states
 from schemas.channels import RedisNames
-from schemas.worker_state import WorkerState, read_states
+from schemas.worker_state import WorkerState
 
 log = logging.getLogger("turnstream.assembly.board")
 

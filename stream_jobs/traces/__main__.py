@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 from stream_jobs.faust_app import run_worker
 from stream_jobs.traces.app import TracesJob, create_app
 

@@ -27,11 +27,13 @@ from typing import Any
 import faust
 from aiokafka import TopicPartition
 
+from runtime.settings import Settings
+from runtime.tracing.propagation import from_traceparent, has_context, incoming_context
+from runtime.tracing.spans import consuming, producing
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent, TraceRecorded
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import (
     TRACE_TICKS,
     TRACES,
@@ -40,8 +42,6 @@ from schemas.topics import (
     TURNS_ENRICHED,
     TURNS_SUBMITTED,
 )
-from schemas.tracing.propagation import from_traceparent, has_context, incoming_context
-from schemas.tracing.spans import consuming, producing
 from stream_jobs.faust_app import make_app
 from stream_jobs.traces.open_turns import TICK, OpenTurns, rebuild, replay_horizon_ms
 from stream_jobs.traces.rebuild import Processed, processed_records

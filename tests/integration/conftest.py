@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 

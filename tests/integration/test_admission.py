@@ -14,12 +14,13 @@ import uuid
 import jwt
 import pytest
 
-from infra.kafka.topics import ensure_topics
-from schemas.channels import RedisNames, redis_client
+from runtime.kafka_topics import ensure_topics
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.events import TurnSubmitted
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.worker_state import WorkerState, encode_state
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import find_record

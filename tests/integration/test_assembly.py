@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.events import Role
-from schemas.settings import Settings
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt
 from tests.support.stack import pipeline, running_assembly

@@ -13,10 +13,10 @@ pytestmark = pytest.mark.integration
 
 SCRIPT = textwrap.dedent("""
     import time
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import migrate
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
     from schemas.events import SafetyAction, SafetyStage, SafetyVerdict
-    from schemas.settings import Settings
+    from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace
     from tests.support.factories import completed, submitted
     from workers.sink.event_log import EVENT_COLUMNS, event_row

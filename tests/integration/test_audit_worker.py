@@ -12,11 +12,12 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from infra.kafka.topics import ensure_topics
-from schemas.channels import RedisNames, redis_client
+from runtime.kafka_topics import ensure_topics
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from schemas.channels import RedisNames
 from schemas.codec import decode, encode
 from schemas.events import SafetyAction, SafetyAlert, SafetyStage, TraceRecorded
-from schemas.settings import Settings
 from tests.support.factories import completed, submitted
 from tests.support.kafka import records_so_far
 from tests.support.polling import eventually

@@ -11,10 +11,10 @@ from aiokafka import AIOKafkaProducer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from runtime.settings import Settings
 from schemas.codec import encode
 from schemas.events import FinishReason, TurnCompleted, TurnSubmitted
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.turn_log import decode_relay_message
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import find_record

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from infra.kafka.topics import ensure_topics
-from infra.models.smollm2 import default_model_dir
 from infra.stack import REPO, free_port, start_roles, stop_roles
-from schemas.settings import Settings
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings
+from runtime.smollm2 import default_model_dir
 from tests.support.media import espeak_wav, words
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, audio_part
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 async def test_bundled_smollm2_answers_through_the_real_processes(services, session_namespace):
     model_dir = default_model_dir(services)
     await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "infra.models.smollm2"], check=True, cwd=REPO
+        subprocess.run, [sys.executable, "-m", "runtime.smollm2"], check=True, cwd=REPO
     )
     assert (model_dir / "config.json").is_file()
     namespace = f"{session_namespace}-smol"

@@ -79,11 +79,11 @@ async def test_a_canary_arm_runs_the_candidate_until_rollback(fake_pipeline, tmp
 
 COMPARE = textwrap.dedent("""
     import time
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import migrate
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
     from producers.flywheel.canary import compare
     from schemas.events import FeedbackGiven, FeedbackKind, ErrorInfo, Timings
-    from schemas.settings import Settings
+    from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace
     from tests.support.factories import completed, submitted
     from workers.sink.rows import FEEDBACK_COLUMNS, feedback_row

@@ -21,16 +21,16 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from infra.clickhouse.client import analyst_client, sink_http_answers
-from infra.clickhouse.http_auth import PASSWORD_FILE, USER, local_password
-from infra.kafka.topics import ensure_topics
 from infra.stack import REPO, Child, free_port
+from runtime.clickhouse.client import analyst_client, sink_http_answers
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings, settings_env
 from schemas.codec import encode
 from schemas.events import PromptContext, Timings, TraceRecorded, Usage
 from schemas.ids import now_ms
-from schemas.settings import Settings, settings_env
 from tests.support.factories import completed, submitted
 from tests.support.polling import eventually
+from workers.sink.http.auth import PASSWORD_FILE, USER, local_password
 
 pytestmark = pytest.mark.integration
 
@@ -328,7 +328,7 @@ def test_analyst_client_takes_the_running_sink_and_only_its_own(sink, tmp_path):
 def run_cli(sink: Sink, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **settings_env(sink.settings)}
     return subprocess.run(
-        [sys.executable, "-m", "infra.clickhouse.sql", *args],
+        [sys.executable, "-m", "runtime.clickhouse.sql", *args],
         check=False,
         cwd=REPO,
         env=env,

@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
-from schemas.engine_profile import EngineProfile
+from runtime.settings import Settings
 from schemas.events import DecodingParams, Message, Role
-from schemas.settings import Settings
 from tests.support.chdb import sink_trace_rows
 from tests.support.stack import pipeline, running_job
 from workers.inference.engine import GenerationRequest
+from workers.inference.engine_profile import EngineProfile
 from ws_edge.client import EdgeClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]

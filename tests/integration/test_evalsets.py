@@ -19,8 +19,9 @@ import msgspec
 import pytest
 
 from infra.stack import REPO
-from schemas.blobs import RedisBlobStore, sha256_hex
-from schemas.channels import RedisNames, redis_client
+from runtime.blobs import RedisBlobStore, sha256_hex
+from runtime.redis import redis_client
+from schemas.channels import RedisNames
 from schemas.flywheel import EvalItem, EvalSetManifest, Expect, SetKind, read_jsonl
 from tests.support.chdb import run_in_engine
 
@@ -43,13 +44,13 @@ SCRIPT = textwrap.dedent("""
         probe.bind(("127.0.0.1", 0))
         os.environ["TURNSTREAM_CLICKHOUSE_HTTP_PORT"] = str(probe.getsockname()[1])
 
-    from infra.clickhouse.client import analyst_client, connect
-    from infra.clickhouse.http_server import serve_http
-    from infra.clickhouse.migrate import migrate
+    from runtime.clickhouse.client import analyst_client, connect
+    from workers.sink.http.server import serve_http
+    from runtime.clickhouse.migrate import migrate
     from producers.flywheel.evalsets import main
     from schemas.events import (ErrorInfo, FinishReason, MediaKind, MediaRef, SafetyAction,
                                 Screening)
-    from schemas.settings import Settings
+    from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace
     from tests.support.factories import completed, submitted
     from workers.sink.event_log import EVENT_COLUMNS, event_row

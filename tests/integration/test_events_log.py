@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
+from runtime.settings import Settings
 from schemas.events import FeedbackKind
-from schemas.settings import Settings
 from tests.support.chdb import run_in_engine
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.integration
 SINK_AND_QUERY = textwrap.dedent("""
     import asyncio, json, sys
 
-    from infra.clickhouse.client import connect
-    from schemas.settings import Settings
+    from runtime.clickhouse.client import connect
+    from runtime.settings import Settings
     from workers.sink.app import run_sink
 
     namespace, wanted = sys.argv[1], json.loads(sys.argv[2])  # turn id → kinds it must have

@@ -14,10 +14,10 @@ pytestmark = pytest.mark.integration
 CHECK = textwrap.dedent("""
     import time
 
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import migrate
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
     from schemas.events import Message, PromptContext, Role, TurnAssembled, TurnEnriched
-    from schemas.settings import Settings
+    from runtime.settings import Settings
     from tests.support.factories import completed, submitted
     from workers.sink.event_log import EVENT_COLUMNS, event_row
 

@@ -10,8 +10,8 @@ import uuid
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from infra.kafka.topics import ensure_topics
-from schemas.settings import Settings
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings
 from schemas.topics import POOL_PARTITIONS
 from tests.support.kafka import completions_of
 from tests.support.stack import Pipeline, running_assembly

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
+from runtime.settings import Settings
 from schemas.events import FinishReason
-from schemas.settings import Settings
 from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient

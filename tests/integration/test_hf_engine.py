@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from infra.models.smollm2 import convert, default_model_dir
+from runtime.settings import Settings
+from runtime.smollm2 import convert, default_model_dir
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message, Role
-from schemas.settings import Settings
 from tests.support.stack import pipeline
 from workers.inference.engine import EngineError, GenerationRequest
 from workers.inference.hf_engine import TransformersEngine, TransformersOptions

@@ -16,9 +16,9 @@ import io
 import pytest
 from PIL import Image
 
+from runtime.settings import Settings
+from runtime.state_board import read_states
 from schemas.events import TurnCompleted
-from schemas.settings import Settings
-from schemas.worker_state import read_states
 from tests.support.chdb import sink_trace_rows
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import completions_of, turn_event

@@ -9,7 +9,7 @@ import uuid
 import numpy as np
 import pytest
 
-from schemas.blobs import sha256_hex
+from runtime.blobs import sha256_hex
 from schemas.codec import decode
 from schemas.events import FinishReason, TurnCompleted
 from tests.support.kafka import assembled_prompt, find_record

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from schemas.prometheus import serve_metrics
-from schemas.settings import Settings
+from runtime.prometheus import serve_metrics
+from runtime.settings import Settings
 from tests.support.factories import new_conversation_id as conv
 from tests.support.metrics import free_port, scrape, value
 from tests.support.polling import eventually

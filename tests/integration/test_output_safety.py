@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
+from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import FinishReason, Role, SafetyAction, SafetyStage, SafetyVerdict
-from schemas.settings import Settings
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt, find_record
 from tests.support.stack import pipeline

@@ -10,7 +10,8 @@ import uuid
 import jwt
 import pytest
 
-from schemas.channels import RedisNames, redis_client
+from runtime.redis import redis_client
+from schemas.channels import RedisNames
 from ws_edge.auth import ALGORITHM, ISSUER, verify_token
 from ws_edge.errors import RateLimited, RateLimitUnavailable, StoreUnavailable
 from ws_edge.rate_limit import RateLimiter

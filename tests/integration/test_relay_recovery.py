@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from schemas.channels import RedisNames, redis_client
+from runtime.redis import redis_client
+from schemas.channels import RedisNames
 from schemas.codec import encode
 from schemas.events import TokenChunk, TurnStarted
 from tests.support import factories

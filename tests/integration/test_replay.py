@@ -16,12 +16,13 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from infra.kafka.topics import ensure_topics
 from infra.stack import REPO
 from producers.replay.plan import from_recorded
 from producers.replay.runner import Replay, Target
 from producers.replay.source import partitions_of, read_recorded
-from schemas.channels import redis_client
+from runtime.kafka_topics import ensure_topics
+from runtime.redis import redis_client
+from runtime.settings import Settings
 from schemas.codec import encode
 from schemas.flywheel import (
     Candidate,
@@ -36,7 +37,6 @@ from schemas.flywheel import (
     write_jsonl,
 )
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import REGISTRY, TURNS_SUBMITTED
 from tests.support.factories import submitted
 from tests.support.media import encode_image, noise_image

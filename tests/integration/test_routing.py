@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from schemas.settings import Settings
+from runtime.settings import Settings
+from runtime.state_board import read_states
 from schemas.topics import POOL_PARTITIONS
-from schemas.worker_state import read_states
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt
 from tests.support.polling import eventually

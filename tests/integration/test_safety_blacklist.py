@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from schemas.channels import RedisNames, redis_client
+from runtime.redis import redis_client
+from schemas.channels import RedisNames
 from workers.safety.blacklist import RedisBlacklist, content_hash
 from workers.safety.errors import BlacklistError
 from workers.safety.screen import InputScreen

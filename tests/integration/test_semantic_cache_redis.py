@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from schemas.channels import RedisNames, redis_client
+from runtime.redis import redis_client
+from schemas.channels import RedisNames
 from stream_jobs.assembly.semantic_cache import CacheError, MiniLMEmbedder, SemanticCache
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 from stream_jobs.assembly.semantic_cache import SemanticCache
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt

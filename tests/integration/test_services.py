@@ -11,7 +11,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from infra.kafka.topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
 from schemas.topics import REGISTRY
 from tests.support.chdb import check_in_fresh_engine
 
@@ -59,10 +59,10 @@ async def test_broker_refuses_to_auto_create_topics(services):
 MIGRATION_CHECK = textwrap.dedent("""
     import sys
     from datetime import UTC, datetime
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import MigrationError, Migration, migrate
-    import infra.clickhouse.migrate as m
-    from schemas.settings import Settings
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import MigrationError, Migration, migrate
+    import runtime.clickhouse.migrate as m
+    from runtime.settings import Settings
     from workers.sink.rows import TURN_COLUMNS
 
     client = connect(Settings.from_env())

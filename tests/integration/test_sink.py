@@ -13,13 +13,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from infra.kafka.topics import ensure_topics
 from infra.stack import Child
+from runtime.kafka_topics import ensure_topics
+from runtime.prometheus import REGISTRY
+from runtime.settings import Settings, settings_env
 from schemas.codec import encode
 from schemas.events import FeedbackKind, Timings
 from schemas.ids import now_ms
-from schemas.prometheus import REGISTRY
-from schemas.settings import Settings, settings_env
 from tests.support.chdb import run_in_engine
 from tests.support.factories import completed, submitted
 from tests.support.kafka import records_so_far
@@ -35,8 +35,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def clickhouse(tmp_path_factory):
     """One embedded engine for this module (chdb allows one data directory per process)."""
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import migrate
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
 
     home = tmp_path_factory.mktemp("sink-home")
     client = connect(Settings.from_env(state_dir=str(home)))
@@ -319,8 +319,8 @@ async def test_a_turn_that_never_completes_is_traced_as_timed_out(
 
 COUNT_ROWS = """
 import sys
-from infra.clickhouse.client import connect
-from schemas.settings import Settings
+from runtime.clickhouse.client import connect
+from runtime.settings import Settings
 query = "SELECT count(), uniqExact(turn_id) FROM turnstream.turns WHERE turn_id LIKE %(p)s"
 rows = connect(Settings.from_env()).query(query, parameters={"p": sys.argv[1] + "-%"})
 print(*rows.result_rows[0])

@@ -13,8 +13,8 @@ import uuid
 import numpy as np
 import pytest
 
+from runtime.settings import Settings
 from schemas.events import FinishReason, Role
-from schemas.settings import Settings
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt
 from tests.support.media import espeak_wav, pcm16, quiet_room, spoken, words

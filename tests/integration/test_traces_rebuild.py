@@ -10,11 +10,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from infra.kafka.topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings
 from schemas.codec import decode, encode
 from schemas.events import TraceRecorded
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import TRACES, TURNS_COMPLETED, TURNS_ENRICHED, TURNS_SUBMITTED
 from tests.support.factories import completed, enriched, submitted
 from tests.support.kafka import find_record, records_so_far

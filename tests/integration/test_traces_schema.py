@@ -12,10 +12,10 @@ from tests.support.chdb import check_in_fresh_engine
 pytestmark = pytest.mark.integration
 
 CHECK = textwrap.dedent("""
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import migrate
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
     from schemas.events import Timings, Usage
-    from schemas.settings import Settings
+    from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, Prices, build_trace
     from tests.support.factories import completed, submitted
 
@@ -64,11 +64,11 @@ REPORT = textwrap.dedent("""
     import time
     from pathlib import Path
 
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import migrate
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
     from infra.clickhouse.report import gather, plot, render
     from schemas.events import FeedbackGiven, FeedbackKind, FinishReason, Timings
-    from schemas.settings import Settings
+    from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace
     from tests.support.factories import completed, submitted
     from workers.sink.rows import FEEDBACK_COLUMNS, feedback_row

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import TraceRecorded
-from schemas.settings import Settings
 from schemas.topics import TRACES
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import find_record

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.tracing import spans
 from schemas.codec import decode
 from schemas.events import TurnSubmitted
 from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
-from schemas.tracing import spans
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import find_record
 from ws_edge.client import EdgeClient

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from schemas.channels import RedisNames, redis_client
+from runtime.redis import redis_client
+from schemas.channels import RedisNames
 from schemas.events import InputTranscribed, SpeechAudio, TokenChunk, TurnStarted
 from schemas.turn_log import LogPosition, decode_relay_message, parse_entry_id
 from tests.support.factories import completed

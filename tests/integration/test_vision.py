@@ -9,8 +9,8 @@ import uuid
 import numpy as np
 import pytest
 
+from runtime.settings import Settings
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message, Role
-from schemas.settings import Settings
 from tests.support.media import encode_image, noise_image
 from tests.support.stack import pipeline
 from workers.inference.engine import GenerationRequest

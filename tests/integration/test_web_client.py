@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 from tests.support.media import encode_image, noise_image, quiet_room, spoken, wav16, words
 from tests.support.polling import eventually
 from tests.support.stack import Pipeline, pipeline

@@ -14,7 +14,8 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from infra.kafka.topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings
 from schemas.codec import decode, encode
 from schemas.events import (
     DecodingParams,
@@ -25,7 +26,6 @@ from schemas.events import (
     WorkerMetrics,
 )
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import WORKERS_METRICS, pool_topic
 from tests.support.chdb import run_in_engine
 from tests.support.factories import new_conversation_id, submitted
@@ -102,9 +102,9 @@ SINK_AND_QUERY = textwrap.dedent("""
     import asyncio, json, sys
     from pathlib import Path
 
-    from infra.clickhouse.client import connect
+    from runtime.clickhouse.client import connect
     from infra.clickhouse.report import gather, plot, render
-    from schemas.settings import Settings
+    from runtime.settings import Settings
     from workers.sink.app import run_sink
 
     namespace, worker, expected, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]

@@ -36,9 +36,9 @@ def check_in_fresh_engine(script: str, home: Path) -> None:
 _SINK_AND_QUERY = textwrap.dedent("""
     import asyncio, json, sys
 
-    from infra.clickhouse.client import connect
-    from infra.clickhouse.migrate import migrate
-    from schemas.settings import Settings
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
+    from runtime.settings import Settings
     from workers.sink.app import run_sink
 
     namespace, turn_id, columns = sys.argv[1], sys.argv[2], sys.argv[3]

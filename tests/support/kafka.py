@@ -8,9 +8,9 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from producers.replay.source import partitions_of
+from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import AnyEvent, TurnAssembled
-from schemas.settings import Settings
 from schemas.topics import TURNS_ASSEMBLED, TURNS_COMPLETED
 
 

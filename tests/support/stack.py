@@ -10,9 +10,9 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
-from infra.kafka.topics import ensure_topics
 from infra.stack import Child
-from schemas.settings import Settings, settings_env
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings, settings_env
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.engine import Engine
 from workers.preprocess.app import run_preprocessor

@@ -15,9 +15,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from schemas.settings import Settings
-from schemas.tracing.provider import make_provider
-from schemas.tracing.spans import install
+from runtime.settings import Settings
+from runtime.tracing.provider import make_provider
+from runtime.tracing.spans import install
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ import lz4.frame
 import pytest
 from backports import zstd
 
-from infra.clickhouse.http_protocol import (
+from runtime.clickhouse.sql import clickhouse_message, render_table
+from workers.sink.http.protocol import (
     DEFAULT_FORMAT,
     InsertData,
     RequestError,
@@ -24,7 +25,6 @@ from infra.clickhouse.http_protocol import (
     split_insert,
     split_params,
 )
-from infra.clickhouse.sql import clickhouse_message, render_table
 
 NATIVE = b"\x02\x01\x01a\x06String\x06FORMAT\n\x00\xff"  # binary data that says FORMAT
 

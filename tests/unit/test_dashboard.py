@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from schemas.prometheus import REGISTRY
+from runtime.prometheus import REGISTRY
 from stream_jobs.metrics import faust_metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "turnstream.json"

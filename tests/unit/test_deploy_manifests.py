@@ -38,9 +38,9 @@ import yaml
 
 import schemas.topics as topics_module
 from infra.stack import ROLES
+from runtime.settings import DEV_TENANT_REGISTRY, Settings
 from schemas.errors import SettingsError
 from schemas.exposure import exposure_problems
-from schemas.settings import DEV_TENANT_REGISTRY, Settings
 from schemas.topics import REGISTRY, all_topics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ IMAGE_ENV = {
 }
 # .env.example keys that only compose interpolates (never a container's environment).
 COMPOSE_ONLY_VARS = {"CLICKHOUSE_PASSWORD", "EDGE_PUBLISHED_PORT"}
-ONE_SHOT_MODULES = {"infra.kafka.topics", "infra.clickhouse.migrate"}
+ONE_SHOT_MODULES = {"runtime.kafka_topics", "runtime.clickhouse.migrate"}
 PROBE_IN_IMAGE = "/app/infra/k8s/probe.py"
 
 
@@ -454,7 +454,7 @@ def check_kustomization(path: Path = K8S / "kustomization.yaml") -> list[str]:
 def check_env_declared(docs: list[Doc]) -> list[str]:
     """Every variable a container gets is a declared setting (or one of the image's own)."""
     problems = [
-        f"ConfigMap: {key} is not in schemas/settings.py"
+        f"ConfigMap: {key} is not in runtime/settings.py"
         for key in configmap_data(docs)
         if key not in SETTINGS_ENV
     ]
@@ -463,7 +463,7 @@ def check_env_declared(docs: list[Doc]) -> list[str]:
         for c in containers(doc):
             for e in c.get("env", []):
                 if e["name"] not in SETTINGS_ENV:
-                    problems.append(f"{doc.name}: {e['name']} is not in schemas/settings.py")
+                    problems.append(f"{doc.name}: {e['name']} is not in runtime/settings.py")
             for source in c.get("envFrom", []):
                 ref = source.get("configMapRef", {}).get("name")
                 if ref is not None and ref not in maps:
@@ -872,7 +872,7 @@ def check_compose(compose: dict[str, Any], k8s_docs: list[Doc]) -> list[str]:
     for name, svc in roles.items():
         env = svc.get("environment", {})
         problems += [
-            f"compose {name}: {k} is not in schemas/settings.py"
+            f"compose {name}: {k} is not in runtime/settings.py"
             for k in env
             if k not in SETTINGS_ENV
         ]

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from runtime.settings import Settings
 from schemas.codec import decode, encode
-from schemas.engine_profile import QUANTIZATION, EngineProfile
 from schemas.errors import SettingsError
 from schemas.events import TurnCompleted
-from schemas.settings import Settings
 from schemas.traces import build_trace
 from tests.support.factories import completed, submitted
 from workers.inference.engine import options_tag
+from workers.inference.engine_profile import QUANTIZATION, EngineProfile
 from workers.inference.engine_stats import EngineMeter
 from workers.inference.fake_engine import FakeEngine
 from workers.inference.progress import TurnProgress

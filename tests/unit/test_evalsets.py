@@ -42,6 +42,7 @@ from producers.flywheel.selection import (
     selection_sql,
     version_name,
 )
+from runtime.settings import Settings
 from schemas.codec import encode
 from schemas.events import MediaKind, MediaRef, Truncation
 from schemas.flywheel import (
@@ -54,7 +55,6 @@ from schemas.flywheel import (
     SetKind,
     read_jsonl,
 )
-from schemas.settings import Settings
 from tests.support.factories import submitted
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)

@@ -8,10 +8,10 @@ import urllib.request
 
 import pytest
 
+from runtime.prometheus import serve_metrics
+from runtime.settings import DEV_AUTH_SECRET, Settings
 from schemas.errors import SettingsError
 from schemas.exposure import exposure_problems, is_loopback, require_safe_exposure
-from schemas.prometheus import serve_metrics
-from schemas.settings import DEV_AUTH_SECRET, Settings
 from tests.support.metrics import free_port
 
 STRONG = "x" * 64

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 from stream_jobs.faust_app import make_app, make_worker
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schemas.prometheus import REGISTRY
-from workers.runtime.lag import LagGauge, records_behind
+from runtime.lag import LagGauge, records_behind
+from runtime.prometheus import REGISTRY
 
 
 def test_records_behind_counts_what_follows_the_taken_record():

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from schemas.blobs import S3BlobStore, blob_store, sha256_hex
+from runtime.blobs import S3BlobStore, blob_store, sha256_hex
 from schemas.channels import RedisNames
 
 

@@ -2,7 +2,7 @@
 
 from base64 import b64encode
 
-from schemas.blobs import sha256_hex
+from runtime.blobs import sha256_hex
 from schemas.events import InputTranscribed, MediaKind, TranscriptSegment
 from tests.unit.test_session import SECRET, authed, frame, only_error
 from ws_edge.auth import mint_token

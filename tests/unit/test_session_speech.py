@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from base64 import b64encode
 
-from schemas.blobs import sha256_hex
+from runtime.blobs import sha256_hex
 from schemas.events import (
     ErrorInfo,
     MediaKind,

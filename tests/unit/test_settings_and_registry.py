@@ -2,9 +2,9 @@ import dataclasses
 
 import pytest
 
+from runtime.settings import Settings, describe, settings_env
 from schemas.channels import RedisNames
 from schemas.errors import SettingsError
-from schemas.settings import Settings, describe, settings_env
 from schemas.topics import REGISTRY
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from schemas.events import FinishReason, SpeechSettings, SpeechText
-from schemas.speech_segments import SegmenterConfig
 from tests.support.factories import submitted
 from workers.inference.speech_feed import SpeechFeed
+from workers.inference.speech_segments import SegmenterConfig
 
 ANSWER = "Hello there, my friend. How are you doing today? I am fine, thanks"
 

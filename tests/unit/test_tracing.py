@@ -6,13 +6,10 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from schemas.errors import SettingsError
-from schemas.events import PromptContext, TurnAssembled, TurnEnriched
-from schemas.settings import Settings
-from schemas.traces import build_trace
-from schemas.tracing import provider as tracing_provider
-from schemas.tracing import spans
-from schemas.tracing.propagation import (
+from runtime.settings import Settings
+from runtime.tracing import provider as tracing_provider
+from runtime.tracing import spans
+from runtime.tracing.propagation import (
     from_http_headers,
     from_kafka_headers,
     from_traceparent,
@@ -22,6 +19,9 @@ from schemas.tracing.propagation import (
     traceparent,
     with_kafka_headers,
 )
+from schemas.errors import SettingsError
+from schemas.events import PromptContext, TurnAssembled, TurnEnriched
+from schemas.traces import build_trace
 from tests.support.factories import completed, submitted
 from tests.support.tracing import in_memory_tracing, local_spans
 

@@ -6,8 +6,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from runtime.settings import Settings
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import SAFETY_ALERTS, SAFETY_VERDICTS, TRACES
 from workers.audit.category_guard import CategoryGuard
 from workers.audit.guard import Guard

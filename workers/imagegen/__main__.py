@@ -8,7 +8,7 @@ import sys
 
 import uvloop
 
-from schemas.service_process import start_process
+from runtime.service_process import start_process
 from workers.imagegen.app import load_pipeline, run_imagegen_worker
 from workers.runtime.running import serve_until_stopped
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from runtime.settings import Settings
+from runtime.state_board import StateBoard
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import IMAGES_REQUESTED, TTS_SEGMENTS
 from workers.imagegen.pipeline import DiffusersPipeline, ImagePipeline
-from workers.imagegen.presence import POOL, ImagePresence
+from workers.imagegen.presence import POOL, presence_state
 from workers.imagegen.request import ImageLimits
 from workers.imagegen.service import ImageGenConfig, ImageGenService
 from workers.runtime.clients import WorkerClients
@@ -70,16 +71,19 @@ async def run_imagegen_worker(
     loop = clients.consume_loop(service.handle, service.fail_turn, max_inflight=4)
     background = {"cancels": service.listen_for_cancels()}
     if settings.worker_state_interval_ms > 0:
-        presence = ImagePresence(
-            service=service,
+        presence = StateBoard(
             redis=clients.redis,
             key=clients.names.worker_states_key(POOL),
-            consumer=clients.consumer,
-            topic=clients.input_topic,
             worker_id=clients.worker_id,
+            state=presence_state(
+                service=service,
+                consumer=clients.consumer,
+                topic=clients.input_topic,
+                worker_id=clients.worker_id,
+                clock_ms=now_ms,
+            ),
             interval_s=settings.worker_state_interval_ms / 1000,
             ttl_s=settings.worker_state_ttl_ms / 1000,
-            clock_ms=now_ms,
         )
         background["presence"] = presence.run()
     async with clients.run(service, loop, **background) as running:

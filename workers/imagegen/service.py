@@ -31,7 +31,7 @@ from PIL import Image
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from schemas.blobs import BlobStore, sha256_hex
+from runtime.blobs import BlobStore, sha256_hex
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError

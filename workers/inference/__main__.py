@@ -7,7 +7,7 @@ import sys
 
 import uvloop
 
-from schemas.service_process import start_process
+from runtime.service_process import start_process
 from workers.inference.app import build_engine, run_worker
 from workers.runtime.running import serve_until_stopped
 

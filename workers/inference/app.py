@@ -6,18 +6,19 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from schemas.engine_profile import EngineProfile
+from runtime.settings import Settings
+from runtime.state_board import StateBoard
 from schemas.ids import now_ms
-from schemas.settings import Settings
-from schemas.speech_segments import SegmenterConfig
 from schemas.topics import SAFETY_WINDOWS, TTS_SEGMENTS, WORKERS_METRICS, pool_topic
 from workers.inference.engine import Engine, options_tag
+from workers.inference.engine_profile import EngineProfile
 from workers.inference.image_budget import ImageBudget
 from workers.inference.image_cache import ImageCache
 from workers.inference.metrics import MetricsPublisher
 from workers.inference.pixels import PixelLoader
 from workers.inference.service import InferenceService, ServiceConfig
-from workers.inference.state_board import StateBoard
+from workers.inference.speech_segments import SegmenterConfig
+from workers.inference.state_board import inference_state
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
 from workers.safety.output_gate import GateConfig, Policy, tier_policies
@@ -33,7 +34,7 @@ def build_engine(settings: Settings) -> Engine:
         from workers.inference.fake_engine import FakeEngine
 
         return FakeEngine(token_interval_s=settings.fake_token_interval_ms / 1000)
-    from infra.models.smollm2 import default_model_dir
+    from runtime.smollm2 import default_model_dir
 
     path = settings.model_path or str(default_model_dir(settings))
     if settings.engine == "transformers":
@@ -147,16 +148,19 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
         board = StateBoard(
             redis=clients.redis,
             key=clients.names.worker_states_key(settings.pool),
-            service=service,
-            engine=engine,
-            consumer=clients.consumer,
-            topic=clients.input_topic,
             worker_id=clients.worker_id,
-            pool=settings.pool,
-            capacity=settings.max_inflight_turns,
+            state=inference_state(
+                service=service,
+                engine=engine,
+                consumer=clients.consumer,
+                topic=clients.input_topic,
+                worker_id=clients.worker_id,
+                pool=settings.pool,
+                capacity=settings.max_inflight_turns,
+                clock_ms=now_ms,
+            ),
             interval_s=settings.worker_state_interval_ms / 1000,
             ttl_s=settings.worker_state_ttl_ms / 1000,
-            clock_ms=now_ms,
         )
         background["state"] = board.run()
     async with clients.run(service, loop, **background) as running:

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from schemas.engine_profile import EngineProfile
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message
+from workers.inference.engine_profile import EngineProfile
 from workers.inference.engine_stats import EngineSnapshot
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
 
-from schemas import prometheus as prom
+from runtime import prometheus as prom
 from schemas.codec import encode
 from schemas.events import TurnCompleted, WorkerMetrics
 from workers.inference.engine import Engine

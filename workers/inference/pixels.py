@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from schemas.blobs import BlobStore
+from runtime.blobs import BlobStore
 from schemas.events import ImageInput
 from workers.inference.engine import EngineError
 from workers.inference.image_cache import ImageCache

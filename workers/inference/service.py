@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from runtime.tracing import spans
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
 from schemas.errors import DecodeError
@@ -45,8 +46,6 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.prefix import PrefixMemory, estimated_tokens, message_chain
-from schemas.speech_segments import SegmenterConfig
-from schemas.tracing import spans
 from workers.inference.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.image_budget import Grant, ImageBudget
@@ -56,6 +55,7 @@ from workers.inference.pixels import PixelLoader
 from workers.inference.progress import TurnProgress
 from workers.inference.replay import replay
 from workers.inference.speech_feed import SpeechFeed
+from workers.inference.speech_segments import SegmenterConfig
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher

@@ -16,7 +16,7 @@ iteration stats after every engine step (custom loggers keep stats on even when 
 logging is off) and folds them into an `EngineMeter`, speculative decoding's acceptance
 counts included.
 
-Engine options (`schemas.engine_profile.EngineProfile`: speculative decoding, quantization,
+Engine options (`engine_profile.EngineProfile`: speculative decoding, quantization,
 tensor parallelism, batch and length limits) are checked against the platform and the model
 before vLLM starts (a clear `SettingsError` instead of a stack trace from inside vLLM), mapped
 to engine arguments by `engine_kwargs`, and read back from vLLM's resolved config
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from schemas.engine_profile import EngineProfile, Target
 from schemas.events import FinishReason
 from workers.inference.chat_prompt import render_prompt
 from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
+from workers.inference.engine_profile import EngineProfile, Target
 from workers.inference.engine_stats import EngineMeter, EngineSnapshot
 from workers.inference.placeholders import bind_images
 

@@ -7,7 +7,7 @@ import sys
 
 import uvloop
 
-from schemas.service_process import start_process
+from runtime.service_process import start_process
 from workers.preprocess.app import build_speech, run_preprocessor
 from workers.runtime.running import serve_until_stopped
 from workers.safety import profanity

@@ -6,8 +6,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from runtime.settings import Settings
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import SAFETY_VERDICTS, TURNS_ENRICHED, TURNS_SUBMITTED
 from workers.preprocess.service import PreprocessConfig, PreprocessService
 from workers.preprocess.speech import SpeechPool

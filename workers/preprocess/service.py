@@ -22,7 +22,7 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
-from schemas.blobs import BlobStore
+from runtime.blobs import BlobStore
 from schemas.channels import RedisNames
 from schemas.codec import encode
 from schemas.events import (

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from schemas.blobs import BlobStore, sha256_hex
+from runtime.blobs import BlobStore, sha256_hex
+from runtime.settings import Settings
 from schemas.events import ImageInput, MediaRef, Screening
-from schemas.settings import Settings
 from workers.preprocess.fetch import FetchLimits, SafeFetcher
 from workers.preprocess.images import ImageLimits, ProcessedImage, preprocess_image
 from workers.runtime.retry import retry_transient

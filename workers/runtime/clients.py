@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
-from schemas.blobs import BlobStore, blob_store
-from schemas.channels import RedisNames, redis_client
+from runtime.blobs import BlobStore, blob_store
+from runtime.redis import redis_client
+from runtime.settings import Settings
+from schemas.channels import RedisNames
 from schemas.ids import make_instance_id
-from schemas.settings import Settings
 from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TopicSpec
 from workers.runtime.consumer import ConsumerLoop, Handler
 from workers.runtime.kafka import make_consumer, make_producer

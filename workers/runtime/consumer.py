@@ -22,13 +22,13 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from redis.exceptions import RedisError
 
+from runtime.lag import aiokafka_lag
+from runtime.tracing.propagation import incoming_context
+from runtime.tracing.spans import consuming
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent
-from schemas.tracing.propagation import incoming_context
-from schemas.tracing.spans import consuming
 from workers.runtime.deadletters import dead_letter
-from workers.runtime.lag import aiokafka_lag
 from workers.runtime.offsets import OffsetTracker
 
 log = logging.getLogger("turnstream.worker")

@@ -2,15 +2,15 @@
 
 The producer continues the trace of whatever the worker is handling: a record sent while a
 turn's span is current carries its context in its headers, under a `send <topic>` span
-(`schemas.tracing`); records sent outside any trace (metrics) are sent as they are.
+(`runtime.tracing`); records sent outside any trace (metrics) are sent as they are.
 """
 
 from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from schemas.tracing.propagation import TRACEPARENT, has_context
-from schemas.tracing.spans import producing
+from runtime.tracing.propagation import TRACEPARENT, has_context
+from runtime.tracing.spans import producing
 
 
 class TracedProducer(AIOKafkaProducer):

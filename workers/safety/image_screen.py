@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from runtime.settings import Settings
 from schemas.events import SafetyAction, Screening
-from schemas.settings import Settings
 from workers.safety.nudity import (
     BLOCK_SCORE,
     EXPLICIT,

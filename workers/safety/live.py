@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 import uvloop
 
+from runtime.settings import Settings
 from schemas.events import FinishReason
-from schemas.settings import Settings
 from workers.safety.evaluate import (
     Item,
     Outcome,

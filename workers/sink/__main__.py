@@ -8,9 +8,9 @@ import contextlib
 
 import uvloop
 
-from infra.clickhouse.http_server import serve_http, serves_http
-from schemas.service_process import start_process
+from runtime.service_process import start_process
 from workers.sink.app import run_sink
+from workers.sink.http.server import serve_http, serves_http
 
 
 async def main() -> None:

@@ -10,11 +10,11 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from infra.clickhouse.client import DEFAULT_DATABASE, connect
-from infra.clickhouse.migrate import migrate
+from runtime.clickhouse.client import DEFAULT_DATABASE, connect
+from runtime.clickhouse.migrate import migrate
+from runtime.settings import Settings
 from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted, WorkerMetrics
 from schemas.ids import make_instance_id
-from schemas.settings import Settings
 from schemas.topics import (
     DEAD_LETTERS,
     FEEDBACK,

@@ -30,11 +30,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
+from runtime.lag import aiokafka_lag
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.ids import now_ms
 from workers.runtime.deadletters import dead_letter
-from workers.runtime.lag import aiokafka_lag
 from workers.sink.batch import Batch, BatchLimits
 from workers.sink.rows import RowRejected
 

@@ -7,7 +7,7 @@ import sys
 
 import uvloop
 
-from schemas.service_process import start_process
+from runtime.service_process import start_process
 from workers.runtime.running import serve_until_stopped
 from workers.tts.app import run_tts_worker
 from workers.tts.voices import VoiceBook

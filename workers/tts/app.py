@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from runtime.settings import Settings
 from schemas.ids import now_ms
-from schemas.settings import Settings
 from schemas.topics import TTS_SEGMENTS
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService

@@ -1,9 +1,9 @@
-"""Apply the versioned ClickHouse migrations in `infra/clickhouse/migrations/` (idempotent).
+"""Apply the versioned ClickHouse migrations in `runtime/clickhouse/migrations/` (idempotent).
 
 Files are named `NNNN_description.sql`; statements are separated by `;` at a line end and
 may use `{db}` for the database. Applied versions are recorded with a checksum in
 `{db}.schema_migrations`; an applied file that changed afterwards is an error (write a new
-migration instead). `python -m infra.clickhouse.migrate [--database DB] [--status]`
+migration instead). `python -m runtime.clickhouse.migrate [--database DB] [--status]`
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
-from infra.clickhouse.client import DEFAULT_DATABASE, connect
-from schemas.settings import Settings
+from runtime.clickhouse.client import DEFAULT_DATABASE, connect
+from runtime.settings import Settings
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")

@@ -1,4 +1,4 @@
-"""`python -m infra.clickhouse.sql "SELECT ..."`: run SQL and print an aligned table.
+"""`python -m runtime.clickhouse.sql "SELECT ..."`: run SQL and print an aligned table.
 
 Goes through `analyst_client`: the real server when TURNSTREAM_CLICKHOUSE_URL is set, the
 sink's HTTP interface while the stack runs, the embedded engine while it does not.
@@ -19,9 +19,9 @@ from typing import Any
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from infra.clickhouse.client import analyst_client
-from infra.clickhouse.http_protocol import explicit_format, produces_result
-from schemas.settings import Settings
+from runtime.clickhouse.client import analyst_client
+from runtime.settings import Settings
+from workers.sink.http.protocol import explicit_format, produces_result
 
 RAW_FORMATS = {"csv": "CSVWithNames", "tsv": "TabSeparatedWithNames", "json": "JSONEachRow"}
 ERROR_EXIT = 2

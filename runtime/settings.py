@@ -1,7 +1,7 @@
 """Every environment variable turnstream reads, declared once, with its default and meaning.
 
 `Settings.from_env()` builds one typed, frozen object at startup; services receive it (or the
-fields they need) and never read `os.environ` themselves. `python -m schemas.settings` prints
+fields they need) and never read `os.environ` themselves. `python -m runtime.settings` prints
 the table for the docs.
 """
 
@@ -285,7 +285,7 @@ class Settings:
         64,
         "Turns one worker generates at once; beyond it the worker stops fetching (backpressure).",
     )
-    # engine options (schemas/engine_profile.py checks them at the engine's start; each
+    # engine options (workers/inference/engine_profile.py checks them at the engine's start; each
     # turn's trace records them; docs/engine-options.md says when to use which)
     speculative: str = _var(
         "TURNSTREAM_SPECULATIVE",
@@ -532,7 +532,7 @@ class Settings:
         "How often an inference worker publishes its state to Kafka workers.metrics "
         "(batch size, KV-cache usage, queue depth; 0: never).",
     )
-    # --- tracing (OpenTelemetry; schemas/tracing) -------------------------------------------
+    # --- tracing (OpenTelemetry; runtime/tracing) -------------------------------------------
     otel_exporter: str = _var(
         "TURNSTREAM_OTEL_EXPORTER",
         "none",

@@ -1,6 +1,6 @@
 """Settings → this process's tracer provider and exporter (the OpenTelemetry SDK).
 
-Called once at start (`schemas.service_process.start_process`, `stream_jobs.faust_app`).
+Called once at start (`runtime.service_process.start_process`, `stream_jobs.faust_app`).
 `TURNSTREAM_OTEL_EXPORTER=none`, the default, installs nothing: the services keep the
 API's no-op tracer, which records nothing and costs next to nothing, and the SDK is never
 imported. Otherwise spans go through a batch processor (a background thread: a slow or
@@ -14,9 +14,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from runtime.settings import Settings
+from runtime.tracing.spans import install
 from schemas.errors import SettingsError
-from schemas.settings import Settings
-from schemas.tracing.spans import install
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

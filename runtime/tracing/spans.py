@@ -13,7 +13,7 @@ Names and attributes follow the OpenTelemetry semantic conventions:
 The spans a hop opens for a turn name it (`turnstream.turn.id`), so a trace is found from a
 turn id; the `send` spans of the workers' producer do not (they sit under a `process` span
 that does). The tracer is the API's no-op tracer until `install` is given a
-provider (`schemas.tracing.provider.configure`); a no-op span still carries its parent's
+provider (`runtime.tracing.provider.configure`); a no-op span still carries its parent's
 context, so what a process with tracing off produces still continues the trace.
 """
 
@@ -27,7 +27,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from schemas.tracing.propagation import has_context, with_kafka_headers
+from runtime.tracing.propagation import has_context, with_kafka_headers
 
 SCOPE = "turnstream"
 TURN_ID = "turnstream.turn.id"

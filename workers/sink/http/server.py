@@ -1,6 +1,6 @@
 """The ClickHouse HTTP interface on 127.0.0.1, served by the sink process over its embedded
 engine: chdb lets one process own a data directory, so while the sink runs this is how
-analysts (`python -m infra.clickhouse.sql`, clickhouse-connect, curl) reach the data.
+analysts (`python -m runtime.clickhouse.sql`, clickhouse-connect, curl) reach the data.
 
 It implements what clickhouse-connect's HTTP client uses: `GET /ping`; queries by GET or
 POST on `/` (the `query` URL parameter and/or the body; `database`, `default_format`,
@@ -30,16 +30,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from infra.clickhouse.client import LOCATION_HEADER, embedded_location
-from infra.clickhouse.http_auth import (
-    AUTHENTICATION_FAILED,
-    USER,
-    allowed,
-    local_password,
-    presented,
-)
-from infra.clickhouse.http_engine import EmbeddedEngine, EngineError
-from infra.clickhouse.http_protocol import (
+from runtime.clickhouse.client import LOCATION_HEADER, embedded_location
+from runtime.settings import Settings
+from workers.sink.http.auth import AUTHENTICATION_FAILED, USER, allowed, local_password, presented
+from workers.sink.http.engine import EmbeddedEngine, EngineError
+from workers.sink.http.protocol import (
     STD_EXCEPTION,
     RequestError,
     content_type,
@@ -48,7 +43,6 @@ from infra.clickhouse.http_protocol import (
     http_status,
     parse_request,
 )
-from schemas.settings import Settings
 
 log = logging.getLogger("turnstream.clickhouse_http")
 

@@ -1,7 +1,7 @@
 """Create the topics of `schemas.topics.REGISTRY` on the broker (idempotent).
 
 Existing topics are left alone when they match; a partition count below the registry's is
-raised (Kafka cannot lower one). `python -m infra.kafka.topics [--namespace NS]`.
+raised (Kafka cannot lower one). `python -m runtime.kafka_topics [--namespace NS]`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 from schemas.topics import REGISTRY, TopicSpec, all_topics
 
 log = logging.getLogger("turnstream.topics")

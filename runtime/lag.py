@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from schemas import prometheus as prom
+from runtime import prometheus as prom
 
 log = logging.getLogger("turnstream.lag")
 

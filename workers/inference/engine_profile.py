@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 from schemas.errors import SettingsError
 
 if TYPE_CHECKING:
-    from schemas.settings import Settings
+    from runtime.settings import Settings
 
 Target = Literal["cpu", "gpu"]
 

@@ -5,7 +5,7 @@ a server, and says nothing about the data.
 
 The password is TURNSTREAM_CLICKHOUSE_HTTP_PASSWORD when set; otherwise one generated on
 first use and kept in `$TURNSTREAM_HOME/clickhouse-http.password`, readable by its owner
-only, where the local analyst tools (`analyst_client`, `python -m infra.clickhouse.sql`)
+only, where the local analyst tools (`analyst_client`, `python -m runtime.clickhouse.sql`)
 find it: other users of a shared machine cannot read the data even though the port is open
 to them.
 """
@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from schemas.settings import Settings
+from runtime.settings import Settings
 
 USER = "default"  # the user clickhouse-connect and clickhouse-client name by default
 PASSWORD_FILE = "clickhouse-http.password"

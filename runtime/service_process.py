@@ -9,10 +9,10 @@ import asyncio
 import logging
 import signal
 
+from runtime.prometheus import serve_metrics
+from runtime.settings import Settings
+from runtime.tracing.provider import configure as configure_tracing
 from schemas.exposure import require_safe_exposure
-from schemas.prometheus import serve_metrics
-from schemas.settings import Settings
-from schemas.tracing.provider import configure as configure_tracing
 
 
 def start_process() -> tuple[Settings, asyncio.Event]:

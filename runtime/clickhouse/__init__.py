@@ -1,0 +1,1 @@
+"""ClickHouse from every process: the client, SQL helpers and the migration runner."""
