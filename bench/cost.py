@@ -534,17 +534,17 @@ def build_artefacts(tree: Path) -> None:
     """What setup builds and git does not keep, for a checked-out commit: the safety
     category model. Ours is copied, then trained again only where the commit's data or
     settings differ (`--if-stale`), with the embeddings cached under TURNSTREAM_HOME."""
-    ours = REPO / "workers/safety/categories/model"
-    theirs = tree / "workers/safety/categories/model"
+    ours = REPO / "moderation/categories/model"
+    theirs = tree / "moderation/categories/model"
     if ours.is_dir() and not theirs.exists():
         shutil.copytree(ours, theirs)
-    train = tree / "workers/safety/categories/train.py"
+    train = tree / "moderation/categories/train.py"
     if not train.exists():  # a commit from before the classifier
         return
     cache = Path(Settings.from_env().state_dir) / "cache" / "category-embeddings"
     print(f"[baseline] category model: {tree.name} (trained only if stale)", file=sys.stderr)
     subprocess.run(
-        [sys.executable, "-m", "workers.safety.categories.train", "--if-stale"]
+        [sys.executable, "-m", "moderation.categories.train", "--if-stale"]
         + (["--cache", str(cache)] if "--cache" in train.read_text() else []),
         cwd=tree,
         check=True,

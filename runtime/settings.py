@@ -377,14 +377,14 @@ class Settings:
     safety_categories: bool = _var(
         "TURNSTREAM_SAFETY_CATEGORIES",
         True,
-        "Run the multilingual category classifier (workers/safety/categories) in the input "
+        "Run the multilingual category classifier (moderation/categories) in the input "
         "screen and the output check, next to the rules and the profanity model.",
     )
     image_safety: bool = _var(
         "TURNSTREAM_IMAGE_SAFETY",
         True,
         "Look at the pixels of uploaded and generated images (the NudeNet detector, "
-        "workers/safety/nudity.py): sexually explicit ones stop the turn. The weights are "
+        "moderation/nudity.py): sexually explicit ones stop the turn. The weights are "
         "AGPL-3.0 and installed by infra/setup.sh; a worker refuses to start without them "
         "unless this is off.",
     )

@@ -547,7 +547,7 @@ class SafetyVerdict(Event, tag="safety.verdict", kw_only=True):
 
 class OutputWindow(Event, tag="safety.window", kw_only=True):
     """A window of a streaming answer to classify (Kafka `safety.windows`, keyed by turn):
-    about 50 tokens plus the tail of the previous window (`workers.safety.windows`), so a
+    about 50 tokens plus the tail of the previous window (`moderation.windows`), so a
     phrase split across two windows is seen whole. The safety worker publishes its
     `SafetyVerdict` to the Redis channel `reply_to` (the inference worker streaming the
     answer) and to Kafka `safety.verdicts`."""

@@ -9,7 +9,7 @@ the build instead of silently dropping a case.
   text, so it stays the same across versions while the text does.
 - regression (`--from-file`): `{"item_id", "text", "expect", "reference"?, "tags"?}`; the
   ids are the bug's own and must be unique.
-- red team: the bundled set `workers/safety/redteam/<version>/` (`attacks.jsonl`, expected
+- red team: the bundled set `moderation/redteam/<version>/` (`attacks.jsonl`, expected
   `block`; `benign.jsonl`, expected `allow`), or more files in that format:
   `{"id", "category", "text", "expected"}`.
 """
@@ -22,12 +22,12 @@ from typing import TypeVar
 
 import msgspec
 
-import workers.safety
+import moderation
 from schemas.flywheel import EvalItem, Expect, ItemTurn, Provenance, SetKind
 
-REDTEAM_DIR = Path(workers.safety.__file__).resolve().parent / "redteam"
+REDTEAM_DIR = Path(moderation.__file__).resolve().parent / "redteam"
 # How the bundled files are named in provenance: the same on every machine and install.
-REDTEAM_SOURCE = "workers/safety/redteam"
+REDTEAM_SOURCE = "moderation/redteam"
 REDTEAM_PARTS = ("attacks", "benign")  # outputs.jsonl holds answer snippets, not prompts
 
 
@@ -170,7 +170,7 @@ def redteam_items(data: bytes, source: str, id_prefix: str = "rt") -> list[EvalI
 
 
 def bundled_redteam(version: str, root: Path = REDTEAM_DIR) -> list[EvalItem]:
-    """The red-team set `workers/safety/redteam/<version>/` (its prompts, not the output
+    """The red-team set `moderation/redteam/<version>/` (its prompts, not the output
     snippets)."""
     folder = root / version
     if not folder.is_dir():

@@ -109,7 +109,7 @@ REFUSAL_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"\bI(?:'d| would)\s+rather\s+not\b",
         # "As an AI, I ..." boilerplate
         r"\bas an ai(?: language model| assistant)?,?\s+I\s+(?:can ?not|can't|don't|am not)\b",
-        # the stack's own block messages (workers/safety/verdict.py)
+        # the stack's own block messages (moderation/verdict.py)
         r"\b(?:message|content) (?:has been|was) blocked\b",
         r"\bwas not processed\b",
         r"\banswer was stopped\b",

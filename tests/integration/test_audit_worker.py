@@ -12,6 +12,8 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from moderation.blacklist import RedisBlacklist
+from moderation.input_gate import blacklist_user
 from runtime.kafka_topics import ensure_topics
 from runtime.redis import redis_client
 from runtime.settings import Settings
@@ -26,8 +28,6 @@ from workers.audit.app import run_auditor
 from workers.audit.category_guard import CategoryGuard
 from workers.audit.guard_prompt import GuardResult
 from workers.audit.policy import BlacklistRule, PolicyConfig
-from workers.safety.blacklist import RedisBlacklist
-from workers.safety.input_gate import blacklist_user
 
 pytestmark = pytest.mark.integration
 

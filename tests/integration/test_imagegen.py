@@ -16,6 +16,7 @@ import io
 import pytest
 from PIL import Image
 
+from moderation.image_screen import ImageScreen
 from runtime.settings import Settings
 from runtime.state_board import read_states
 from schemas.events import TurnCompleted
@@ -29,7 +30,6 @@ from tests.support.tiny_diffusion import build_tiny_diffusion
 from workers.imagegen.app import load_pipeline, run_imagegen_worker
 from workers.imagegen.presence import POOL
 from workers.inference.fake_engine import FakeEngine
-from workers.safety.image_screen import ImageScreen
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ImageOptions, ResponseDone, ResponseImage, ResponseImageProgress
 

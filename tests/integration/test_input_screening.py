@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from moderation.blacklist import RedisBlacklist
+from moderation.blacklist_cli import apply
+from moderation.image_screen import ImageScreen
+from moderation.input_gate import blacklist_user
 from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.events import (
@@ -19,10 +23,6 @@ from schemas.events import (
 from tests.support.factories import new_conversation_id as conv
 from tests.support.kafka import assembled_prompt, find_record, records_so_far, turn_event
 from tests.support.media import PORTRAIT
-from workers.safety.blacklist import RedisBlacklist
-from workers.safety.blacklist_cli import apply
-from workers.safety.image_screen import ImageScreen
-from workers.safety.input_gate import blacklist_user
 from ws_edge.client import EdgeClient, image_part
 from ws_edge.messages import ResponseStarted
 

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
+from moderation.blacklist import RedisBlacklist, content_hash
+from moderation.errors import BlacklistError
+from moderation.screen import InputScreen
 from runtime.redis import redis_client
 from schemas.channels import RedisNames
-from workers.safety.blacklist import RedisBlacklist, content_hash
-from workers.safety.errors import BlacklistError
-from workers.safety.screen import InputScreen
 
 pytestmark = pytest.mark.integration
 

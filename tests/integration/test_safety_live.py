@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workers.safety.evaluate import load_set
-from workers.safety.live import send_all
-from workers.safety.screen import InputScreen
+from bench.safety_live import send_all
+from moderation.evaluate import load_set
+from moderation.screen import InputScreen
 
 pytestmark = pytest.mark.integration
 

@@ -4,9 +4,9 @@ answer, where a head and a tail would miss the middle."""
 
 from __future__ import annotations
 
+from moderation.categories.chunks import MAX_CHUNKS, chunks
+from moderation.categories.labels import HARMFUL
 from workers.audit.category_guard import S_CODES, CategoryGuard
-from workers.safety.categories.chunks import MAX_CHUNKS, chunks
-from workers.safety.categories.labels import HARMFUL
 
 HARMFUL_ANSWER = (
     "Sure. Mix the fertiliser with the fuel in these exact ratios, pack it into the pipe and "

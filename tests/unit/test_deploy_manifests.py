@@ -962,7 +962,7 @@ def check_dockerfile(text: str) -> list[str]:
         f"Dockerfile: setup.sh installs extra {e}, the image does not" for e in sorted(missing)
     ]
     for step, why in (
-        (r"python -m workers\.safety\.categories\.train", "the category heads are not trained"),
+        (r"python -m moderation\.categories\.train", "the category heads are not trained"),
         (r"nudenet==", "the image detector's weights are not installed"),
     ):
         if not re.search(step, text):
@@ -1298,7 +1298,7 @@ def test_checks_catch_compose_and_dockerfile_drift(compose, docs):
     text = DOCKERFILE.read_text().replace(",tts,", ",")
     assert any("tts" in p for p in check_dockerfile(text))
     assert check_dockerfile(text.replace("FROM python:3.11-slim", "FROM python:3.12-slim"))
-    untrained = DOCKERFILE.read_text().replace("workers.safety.categories.train", "x")
+    untrained = DOCKERFILE.read_text().replace("moderation.categories.train", "x")
     assert any("category heads" in p for p in check_dockerfile(untrained))
     undetected = DOCKERFILE.read_text().replace("nudenet==", "x==")
     assert any("image detector" in p for p in check_dockerfile(undetected))

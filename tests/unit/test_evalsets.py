@@ -422,7 +422,7 @@ def test_the_bundled_redteam_set():
     assert (len(attacks), len(benign)) == (151, 156)
     first = items[0]
     assert first.item_id == "rt-v1-a-injection-01" and first.tags == ["injection", "attack"]
-    assert first.provenance.query == "workers/safety/redteam/v1/attacks.jsonl"
+    assert first.provenance.query == "moderation/redteam/v1/attacks.jsonl"
     assert len({i.item_id for i in items}) == len(items)
     with pytest.raises(EvalSetError, match="no red-team set 'v9'"):
         bundled_redteam("v9")

@@ -4,11 +4,11 @@ the detector's scores join the verdict."""
 
 from __future__ import annotations
 
+from moderation.input_gate import IMAGE_BLOCKED, INPUT_BLOCKED, GateDecision, with_images
+from moderation.nudity import LABEL
+from moderation.replies import REPLIES
+from moderation.verdict import Action, Verdict
 from schemas.events import ImageInput, SafetyAction, Screening
-from workers.safety.input_gate import IMAGE_BLOCKED, INPUT_BLOCKED, GateDecision, with_images
-from workers.safety.nudity import LABEL
-from workers.safety.replies import REPLIES
-from workers.safety.verdict import Action, Verdict
 
 
 def _image(screening: Screening | None) -> ImageInput:

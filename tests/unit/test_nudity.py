@@ -1,4 +1,4 @@
-"""The image detector's pure pre- and post-processing (workers/safety/nudity.py), on made-up
+"""The image detector's pure pre- and post-processing (moderation/nudity.py), on made-up
 outputs: the real weights are tested in test_image_screen.py."""
 
 from __future__ import annotations
@@ -6,14 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.safety.nudity import (
-    CLASSES,
-    EXPLICIT,
-    Detection,
-    detections,
-    judge,
-    letterbox,
-)
+from moderation.nudity import CLASSES, EXPLICIT, Detection, detections, judge, letterbox
 
 ANCHORS = 2100
 

@@ -3,9 +3,9 @@ Kafka or Redis: the I/O is recorded)."""
 
 from __future__ import annotations
 
+from moderation.output_gate import GateConfig, OutputGate, Policy
 from schemas.events import FinishReason
 from workers.inference.output_guard import OutputGuard, SafetyStop
-from workers.safety.output_gate import GateConfig, OutputGate, Policy
 
 
 class Recorder:

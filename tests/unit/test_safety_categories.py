@@ -8,18 +8,18 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from workers.safety.categories import head as heads
-from workers.safety.categories.chunks import CHUNK_CHARS, MAX_CHUNKS, WIDE_CHUNKS, chunks
-from workers.safety.categories.classifier import CategoryClassifier, readings
-from workers.safety.categories.dataset import load_split
-from workers.safety.categories.encoders import E5Encoder, UseEncoder
-from workers.safety.categories.labels import CATEGORIES, HARMFUL
-from workers.safety.categories.scripts import use_can_read
-from workers.safety.errors import ClassifierError
-from workers.safety.language import detect
-from workers.safety.quoted import only_quoted, quoted_spans
-from workers.safety.replies import REPLIES, reply
-from workers.safety.rules import RuleMatch
+from moderation.categories import head as heads
+from moderation.categories.chunks import CHUNK_CHARS, MAX_CHUNKS, WIDE_CHUNKS, chunks
+from moderation.categories.classifier import CategoryClassifier, readings
+from moderation.categories.dataset import load_split
+from moderation.categories.encoders import E5Encoder, UseEncoder
+from moderation.categories.labels import CATEGORIES, HARMFUL
+from moderation.categories.scripts import use_can_read
+from moderation.errors import ClassifierError
+from moderation.language import detect
+from moderation.quoted import only_quoted, quoted_spans
+from moderation.replies import REPLIES, reply
+from moderation.rules import RuleMatch
 
 
 def test_short_text_is_one_piece_and_long_text_is_bounded_head_and_tail():
@@ -80,7 +80,7 @@ def test_model_file_round_trip_and_missing_file(tmp_path):
     loaded = heads.load(path)
     assert loaded.meta == {"seed": 7}
     np.testing.assert_allclose(loaded.heads["use-m3"].harm.margin(rows), pair.harm.margin(rows))
-    with pytest.raises(ClassifierError, match=r"workers\.safety\.categories\.train"):
+    with pytest.raises(ClassifierError, match=r"moderation\.categories\.train"):
         heads.load(tmp_path / "absent.npz")
 
 
@@ -148,7 +148,7 @@ def test_readings_run_with_one_blas_thread():
 
 
 def test_windows_checked_together_are_read_in_one_batch_with_the_same_verdicts():
-    from workers.safety.screen import OutputCheck
+    from moderation.screen import OutputCheck
 
     classifier, encoders = _fake_classifier()
     batches: list[int] = []
@@ -248,7 +248,7 @@ def test_only_injection_matches_inside_quotes_are_quoted():
 
 
 def test_training_embeddings_are_cached_per_text(tmp_path):
-    from workers.safety.categories.train import embed
+    from moderation.categories.train import embed
 
     class Counting:
         name, dim = "counting", 2

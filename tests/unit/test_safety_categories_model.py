@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from workers.safety.categories.classifier import shared
-from workers.safety.categories.dataset import load_split
-from workers.safety.replies import REPLIES
-from workers.safety.screen import InputScreen, OutputCheck
+from moderation.categories.classifier import shared
+from moderation.categories.dataset import load_split
+from moderation.replies import REPLIES
+from moderation.screen import InputScreen, OutputCheck
 
 # Floors a little under the published figures (86% recall, 1.7% over-refusal, classifier
 # alone, held-out split): a broken encoder, head, routing or threshold falls far below.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from moderation.errors import RedTeamDataError
+from moderation.evaluate import load_items, load_set, main
 from schemas.stats import percentile
-from workers.safety.errors import RedTeamDataError
-from workers.safety.evaluate import load_items, load_set, main
 
 
 def test_set_v1_is_well_formed():

@@ -8,13 +8,7 @@ import base64
 
 import pytest
 
-from workers.safety.normalize import (
-    HEAD_CHARS,
-    TAIL_CHARS,
-    cap,
-    encoded_payloads,
-    normalize,
-)
+from moderation.normalize import HEAD_CHARS, TAIL_CHARS, cap, encoded_payloads, normalize
 
 
 @pytest.mark.parametrize(

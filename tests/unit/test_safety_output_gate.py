@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from workers.safety.output_gate import (
+from moderation.output_gate import (
     SAFETY_TIMEOUT,
     CutInfo,
     GateConfig,
@@ -14,7 +14,7 @@ from workers.safety.output_gate import (
     OutputGate,
     Policy,
 )
-from workers.safety.verdict import Action
+from moderation.verdict import Action
 
 WORDS = [f"w{i} " for i in range(8)]  # 3 chars each; windows of 3 tokens, overlap 1
 ANSWER = "".join(WORDS)
@@ -270,7 +270,7 @@ def test_misuse_raises():
 
 
 def test_per_tier_policies_are_parsed_strictly():
-    from workers.safety.output_gate import tier_policies
+    from moderation.output_gate import tier_policies
 
     assert tier_policies("free=hold_back, enterprise=optimistic,plus=off") == {
         "free": "hold_back",

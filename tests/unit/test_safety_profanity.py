@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.safety.errors import ClassifierError
-from workers.safety.profanity import ProfanityModel, load
+from moderation.errors import ClassifierError
+from moderation.profanity import ProfanityModel, load
 
 profanity_check = pytest.importorskip("profanity_check.profanity_check")
 

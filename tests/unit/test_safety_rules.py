@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.safety.normalize import normalize
-from workers.safety.rules import INPUT_RULES, OUTPUT_RULES, RuleSet
+from moderation.normalize import normalize
+from moderation.rules import INPUT_RULES, OUTPUT_RULES, RuleSet
 
 
 def input_labels(text: str) -> set[str]:

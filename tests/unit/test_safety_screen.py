@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from workers.safety.blacklist import MemoryBlacklist, content_hash
-from workers.safety.errors import BlacklistError, ClassifierError
-from workers.safety.normalize import normalize
-from workers.safety.screen import InputScreen, OutputCheck, SafetyConfig
-from workers.safety.verdict import Action
-from workers.safety.windows import Windower
+from moderation.blacklist import MemoryBlacklist, content_hash
+from moderation.errors import BlacklistError, ClassifierError
+from moderation.normalize import normalize
+from moderation.screen import InputScreen, OutputCheck, SafetyConfig
+from moderation.verdict import Action
+from moderation.windows import Windower
 
 
 class BrokenScorer:

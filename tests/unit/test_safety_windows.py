@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from workers.safety.windows import Window, Windower
+from moderation.windows import Window, Windower
 
 
 def stream(words: list[str], size: int, overlap: int) -> list[Window]:

@@ -1,6 +1,6 @@
 """Async full audit: a guard judges each completed exchange after the fact.
 
-The live screens (`workers.safety`) must answer in milliseconds, so they read the answer in
+The live screens (`moderation`) must answer in milliseconds, so they read the answer in
 windows as it streams; the audit reads the whole turn off the hot path (Llama Guard when its
 weights are configured, `guard_model`; else the category classifier, `category_guard`), with
 the `traces` topic as its durable queue (`ledger`), and turns its results into blacklist and

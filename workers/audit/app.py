@@ -6,6 +6,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from moderation.blacklist import RedisBlacklist
 from runtime.settings import Settings
 from schemas.ids import now_ms
 from schemas.topics import SAFETY_ALERTS, SAFETY_VERDICTS, TRACES
@@ -16,7 +17,6 @@ from workers.audit.policy import AuditPolicy, PolicyConfig
 from workers.audit.service import AuditConfig, AuditService
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
-from workers.safety.blacklist import RedisBlacklist
 
 CONSUMER_GROUP = "audit"
 log = logging.getLogger("turnstream.audit")

@@ -14,9 +14,9 @@ in `scores`, not flagged.
 
 from __future__ import annotations
 
+from moderation.categories.chunks import chunks
+from moderation.categories.classifier import CategoryClassifier, shared, worst_of
 from workers.audit.guard_prompt import GuardResult, clean_text, guard_error
-from workers.safety.categories.chunks import chunks
-from workers.safety.categories.classifier import CategoryClassifier, shared, worst_of
 
 PIECE_CHARS = 200
 MAX_PIECES = 64

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
+from moderation.blacklist import Blacklist
+from moderation.input_gate import blacklist_user
 from schemas.codec import encode
 from schemas.events import (
     AnyEvent,
@@ -40,8 +42,6 @@ from workers.audit.guard import Guard
 from workers.audit.guard_prompt import GuardResult
 from workers.audit.ledger import AuditJob, AuditLedger
 from workers.audit.policy import AlertDecision, AuditPolicy, BlacklistDecision
-from workers.safety.blacklist import Blacklist
-from workers.safety.input_gate import blacklist_user
 
 log = logging.getLogger("turnstream.audit")
 

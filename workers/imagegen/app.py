@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from moderation.image_screen import ImageScreen
 from runtime.settings import Settings
 from runtime.state_board import StateBoard
 from schemas.ids import now_ms
@@ -15,7 +16,6 @@ from workers.imagegen.request import ImageLimits
 from workers.imagegen.service import ImageGenConfig, ImageGenService
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
-from workers.safety.image_screen import ImageScreen
 
 CONSUMER_GROUP = "imagegen"
 

@@ -31,6 +31,11 @@ from PIL import Image
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from moderation.image_rules import IMAGE_LABELS, IMAGE_REASON, IMAGE_RULES
+from moderation.image_screen import ImageScreen
+from moderation.language import detect
+from moderation.screen import STOP_LABELS, OutputCheck, SafetyConfig
+from moderation.verdict import reason_for
 from runtime.blobs import BlobStore, sha256_hex
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
@@ -59,11 +64,6 @@ from workers.imagegen.request import ImageJob, ImageLimits, caption, plan
 from workers.runtime.control import control_events
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
-from workers.safety.image_rules import IMAGE_LABELS, IMAGE_REASON, IMAGE_RULES
-from workers.safety.image_screen import ImageScreen
-from workers.safety.language import detect
-from workers.safety.screen import STOP_LABELS, OutputCheck, SafetyConfig
-from workers.safety.verdict import reason_for
 
 log = logging.getLogger("turnstream.imagegen")
 

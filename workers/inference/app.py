@@ -6,6 +6,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from moderation.output_gate import GateConfig, Policy, tier_policies
 from runtime.settings import Settings
 from runtime.state_board import StateBoard
 from schemas.ids import now_ms
@@ -21,7 +22,6 @@ from workers.inference.speech_segments import SegmenterConfig
 from workers.inference.state_board import inference_state
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
-from workers.safety.output_gate import GateConfig, Policy, tier_policies
 
 log = logging.getLogger("turnstream.inference")
 

@@ -15,11 +15,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from moderation.language import detect
+from moderation.output_gate import GateStep, OutputGate
+from moderation.verdict import Action, reason_for
+from moderation.windows import Window
 from schemas.events import OUTPUT_CUT, ErrorInfo, FinishReason, OutputSafety
-from workers.safety.language import detect
-from workers.safety.output_gate import GateStep, OutputGate
-from workers.safety.verdict import Action, reason_for
-from workers.safety.windows import Window
 
 CUT_REPLY = "I can't continue with that answer."
 

@@ -25,6 +25,8 @@ from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from moderation.output_gate import GateConfig, OutputGate
+from moderation.windows import Window
 from runtime.tracing import spans
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
@@ -59,8 +61,6 @@ from workers.inference.speech_segments import SegmenterConfig
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher
-from workers.safety.output_gate import GateConfig, OutputGate
-from workers.safety.windows import Window
 
 log = logging.getLogger("turnstream.inference")
 

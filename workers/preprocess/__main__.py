@@ -7,11 +7,11 @@ import sys
 
 import uvloop
 
+from moderation import profanity
+from moderation.categories.classifier import shared
 from runtime.service_process import start_process
 from workers.preprocess.app import build_speech, run_preprocessor
 from workers.runtime.running import serve_until_stopped
-from workers.safety import profanity
-from workers.safety.categories.classifier import shared
 
 
 async def main() -> None:

@@ -6,6 +6,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from moderation.blacklist import RedisBlacklist
+from moderation.image_screen import ImageScreen
+from moderation.input_gate import InputGate
+from moderation.screen import InputScreen, SafetyConfig
 from runtime.settings import Settings
 from schemas.ids import now_ms
 from schemas.topics import SAFETY_VERDICTS, TURNS_ENRICHED, TURNS_SUBMITTED
@@ -14,10 +18,6 @@ from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
-from workers.safety.blacklist import RedisBlacklist
-from workers.safety.image_screen import ImageScreen
-from workers.safety.input_gate import InputGate
-from workers.safety.screen import InputScreen, SafetyConfig
 
 log = logging.getLogger("turnstream.preprocess")
 

@@ -22,6 +22,7 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
+from moderation.input_gate import InputGate
 from runtime.blobs import BlobStore
 from schemas.channels import RedisNames
 from schemas.codec import encode
@@ -44,7 +45,6 @@ from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder, error_outcome
 from workers.runtime.relay import RelayPublisher
 from workers.runtime.retry import retry_transient
-from workers.safety.input_gate import InputGate
 
 log = logging.getLogger("turnstream.preprocess")
 

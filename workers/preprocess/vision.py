@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from moderation.image_screen import ImageScreen
 from runtime.blobs import BlobStore, sha256_hex
 from runtime.settings import Settings
 from schemas.events import ImageInput, MediaRef, Screening
@@ -27,7 +28,6 @@ from workers.preprocess.fetch import FetchLimits, SafeFetcher
 from workers.preprocess.images import ImageLimits, ProcessedImage, preprocess_image
 from workers.runtime.retry import retry_transient
 from workers.runtime.tensors import tensor_to_bytes
-from workers.safety.image_screen import ImageScreen
 
 _meta_decoder = msgspec.json.Decoder(ImageInput)
 

@@ -1,6 +1,4 @@
-"""Safety checks around the engine: input screening before a turn reaches the GPU, and the
-incremental check of the answer as it streams (windows → release or cut).
-
-The modules here are pure building blocks (normalisation, rules, the profanity model, the
-verdicts, output windowing, the blacklist); the worker roles wire them to Kafka and Redis.
+"""The safety worker: reads answer windows from `safety.windows`, judges them with the shared
+checks (`moderation.screen.OutputCheck`) and publishes verdicts the inference worker acts on.
+The checks themselves live in `moderation/`, the library every role that screens shares.
 """

@@ -7,10 +7,10 @@ import sys
 
 import uvloop
 
+from moderation.screen import OutputCheck, SafetyConfig
 from runtime.service_process import start_process
 from workers.runtime.running import serve_until_stopped
 from workers.safety.app import run_safety_worker
-from workers.safety.screen import OutputCheck, SafetyConfig
 
 
 async def main() -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from moderation.screen import OutputCheck, SafetyConfig
 from runtime.settings import Settings
 from schemas.ids import now_ms
 from schemas.topics import SAFETY_VERDICTS, SAFETY_WINDOWS
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
-from workers.safety.screen import OutputCheck, SafetyConfig
 from workers.safety.service import SafetyService, SafetyServiceConfig
 
 CONSUMER_GROUP = "safety"

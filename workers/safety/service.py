@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
+from moderation.recording import verdict_event
+from moderation.screen import OutputCheck
+from moderation.verdict import Verdict
 from schemas.codec import encode
 from schemas.events import (
     AnyEvent,
@@ -28,9 +31,6 @@ from schemas.events import (
     SafetyStage,
 )
 from workers.runtime.coalescing import Coalescing
-from workers.safety.recording import verdict_event
-from workers.safety.screen import OutputCheck
-from workers.safety.verdict import Verdict
 
 log = logging.getLogger("turnstream.safety")
 

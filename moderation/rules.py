@@ -10,7 +10,7 @@ unbounded repeats) so a scan stays linear in the (capped) text.
 
 A rule should fire on the attack and not on the everyday use of its words ("kill a python
 process", "enable developer mode on Android", "ignore the previous error"): the red-team set
-in `redteam/` holds both and `python -m workers.safety.evaluate` measures the two rates.
+in `redteam/` holds both and `python -m moderation.evaluate` measures the two rates.
 """
 
 # ruff: noqa: RUF001  (look-alike characters are this module's subject)
@@ -79,7 +79,7 @@ class RuleSet:
     def scan_payloads(self, payloads: Sequence[tuple[str, str]]) -> list[RuleMatch]:
         """Matches inside decoded hidden payloads (normalised first), tagged with their
         encoding: an instruction smuggled in base64 is still an instruction."""
-        from workers.safety.normalize import normalize
+        from moderation.normalize import normalize
 
         matches: list[RuleMatch] = []
         for encoding, payload in payloads:

@@ -1,4 +1,4 @@
-"""Offline red-team evaluation of the screens: `python -m workers.safety.evaluate [--set v1]`.
+"""Offline red-team evaluation of the screens: `python -m moderation.evaluate [--set v1]`.
 
 Runs `InputScreen` over the set's adversarial prompts (`attacks.jsonl`, expected `block`)
 and ordinary ones (`benign.jsonl`, expected `allow`), and `OutputCheck` over answer
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from moderation.blacklist import MemoryBlacklist
+from moderation.errors import RedTeamDataError
+from moderation.profanity import load
+from moderation.screen import InputScreen, OutputCheck, SafetyConfig
+from moderation.verdict import Verdict
+from moderation.windows import Windower
 from schemas.stats import latency_line
-from workers.safety.blacklist import MemoryBlacklist
-from workers.safety.errors import RedTeamDataError
-from workers.safety.profanity import load
-from workers.safety.screen import InputScreen, OutputCheck, SafetyConfig
-from workers.safety.verdict import Verdict
-from workers.safety.windows import Windower
 
 REDTEAM_DIR = Path(__file__).resolve().parent / "redteam"
 STOPPING = {"block", "cut"}
@@ -172,7 +172,7 @@ def benchmark(screen: InputScreen, texts: Sequence[str], repeats: int) -> list[f
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.safety.evaluate")
+    parser = argparse.ArgumentParser(prog="python -m moderation.evaluate")
     parser.add_argument("--set", default="v1", help="red-team set: a folder under redteam/")
     parser.add_argument("--window", type=int, default=50, help="output window, tokens")
     parser.add_argument("--overlap", type=int, default=10, help="output window overlap, tokens")

@@ -1,4 +1,4 @@
-"""Train the heads: `python -m workers.safety.categories.train [--seed 7]`.
+"""Train the heads: `python -m moderation.categories.train [--seed 7]`.
 
 Reads the training split (never the test split); each example becomes its readings (as
 written, and de-obfuscated where that differs: `classifier.readings`), and a safe one also
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.safety.categories import head as heads
-from workers.safety.categories.chunks import fragments
-from workers.safety.categories.classifier import default_encoders, readings
-from workers.safety.categories.dataset import VERSION, Example, fingerprint, load_split
-from workers.safety.categories.encoders import E5Encoder, Encoder, UseEncoder
-from workers.safety.categories.labels import CATEGORIES
-from workers.safety.categories.scripts import use_can_read
+from moderation.categories import head as heads
+from moderation.categories.chunks import fragments
+from moderation.categories.classifier import default_encoders, readings
+from moderation.categories.dataset import VERSION, Example, fingerprint, load_split
+from moderation.categories.encoders import E5Encoder, Encoder, UseEncoder
+from moderation.categories.labels import CATEGORIES
+from moderation.categories.scripts import use_can_read
 
 BATCH = 32
 FOLDS = 5

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from workers.safety.rules import RuleMatch
+from moderation.rules import RuleMatch
 
 QUOTABLE_LABELS = frozenset({"injection", "jailbreak", "smuggling"})
 _QUOTED = re.compile(

@@ -6,7 +6,7 @@ harm instructions; text rules for answers (slurs, weapons, drugs, malware) apply
 picture's prompt too. What only matters for pictures: sexual content involving minors
 (always refused, however it is phrased), graphic gore, and sexualised images of a real or
 identifiable person without consent (deepfakes, "undress her"). Rules run on the normalised
-text (`workers.safety.normalize`: case, leetspeak, spacing and look-alike tricks folded).
+text (`moderation.normalize`: case, leetspeak, spacing and look-alike tricks folded).
 
 The finished image's pixels are looked at too (`image_screen`, nudity only); gore and a
 real person's likeness are judged on the prompt alone. Named public figures are not
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from workers.safety.rules import OUTPUT_RULES, Rule, RuleSet
+from moderation.rules import OUTPUT_RULES, Rule, RuleSet
 
 _MINOR = (
     r"(?:child(?:ren)?|kids?|minors?|under ?age(?:d)?|teen(?:ager)?s?|preteens?|toddlers?|"

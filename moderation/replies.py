@@ -10,7 +10,7 @@ which lists lines for every country. The matched text is never echoed.
 
 from __future__ import annotations
 
-from workers.safety.language import DEFAULT
+from moderation.language import DEFAULT
 
 # The reply group each label belongs to, most serious first (the first group found wins).
 GROUPS: tuple[tuple[str, frozenset[str]], ...] = (

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from workers.safety.errors import ClassifierError
-from workers.safety.normalize import cap
+from moderation.errors import ClassifierError
+from moderation.normalize import cap
 
 MAX_CHARS = 4096  # per text; the screens pass capped text already, this bounds direct use
 _PROBES = ("hello there, how are you?", "you are a fucking idiot", "kill the process", "shit")

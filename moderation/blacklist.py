@@ -24,7 +24,7 @@ from typing import Protocol
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from workers.safety.errors import BlacklistError
+from moderation.errors import BlacklistError
 
 
 def content_hash(normalized: str) -> str:

@@ -6,7 +6,7 @@ of harmful texts stopped at 2% of safe ones, out of fold, USE), and `CategoryHea
 multinomial logistic regression naming the category. Both are evaluated in numpy; the file
 is one `.npz` with a JSON header (classes, threshold, the data set's fingerprint, the
 training settings), read without pickle. It is built by `python -m
-workers.safety.categories.train` (infra/setup.sh runs it) and not kept in git.
+moderation.categories.train` (infra/setup.sh runs it) and not kept in git.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.safety.errors import ClassifierError
+from moderation.errors import ClassifierError
 
 MODEL_DIR = Path(__file__).resolve().parent / "model"
 MODEL_PATH = MODEL_DIR / "categories-v1.npz"
@@ -119,6 +119,6 @@ def load(path: Path = MODEL_PATH) -> CategoryModel:
     except (OSError, KeyError, ValueError) as err:
         raise ClassifierError(
             f"category model {path} unreadable ({err!r}); build it with "
-            "`python -m workers.safety.categories.train`"
+            "`python -m moderation.categories.train`"
         ) from err
     return CategoryModel(heads=heads, meta=header)

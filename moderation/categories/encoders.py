@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from workers.safety.errors import ClassifierError
+from moderation.errors import ClassifierError
 
 
 class Encoder(Protocol):

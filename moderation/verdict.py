@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from workers.safety.language import DEFAULT
-from workers.safety.replies import reply
-from workers.safety.rules import RULES_VERSION, RuleMatch
+from moderation.language import DEFAULT
+from moderation.replies import reply
+from moderation.rules import RULES_VERSION, RuleMatch
 
 
 class Action(StrEnum):

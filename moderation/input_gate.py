@@ -19,14 +19,14 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
+from moderation.image_screen import blocked_images
+from moderation.language import detect
+from moderation.nudity import LABEL as IMAGE_LABEL
+from moderation.recording import verdict_event
+from moderation.screen import InputScreen
+from moderation.verdict import Action, Verdict, reason_for
 from schemas.codec import encode
 from schemas.events import ImageInput, SafetyAction, SafetyStage, Screening, TurnSubmitted
-from workers.safety.image_screen import blocked_images
-from workers.safety.language import detect
-from workers.safety.nudity import LABEL as IMAGE_LABEL
-from workers.safety.recording import verdict_event
-from workers.safety.screen import InputScreen
-from workers.safety.verdict import Action, Verdict, reason_for
 
 log = logging.getLogger("turnstream.safety.input")
 

@@ -15,17 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from moderation.nudity import BLOCK_SCORE, EXPLICIT, LABEL, ImageJudgement, judge, judge_scores
+from moderation.nudity_model import NudityModel
 from runtime.settings import Settings
 from schemas.events import SafetyAction, Screening
-from workers.safety.nudity import (
-    BLOCK_SCORE,
-    EXPLICIT,
-    LABEL,
-    ImageJudgement,
-    judge,
-    judge_scores,
-)
-from workers.safety.nudity_model import NudityModel
 
 log = logging.getLogger("turnstream.safety.image")
 

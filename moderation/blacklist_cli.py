@@ -1,10 +1,10 @@
-"""`python -m workers.safety.blacklist_cli`: put users and messages on the safety blacklist
+"""`python -m moderation.blacklist_cli`: put users and messages on the safety blacklist
 (or take them off), for operators until the audit feeds it.
 
-    python -m workers.safety.blacklist_cli add-user acme/mallory --ttl 86400
-    python -m workers.safety.blacklist_cli remove-user acme/mallory
-    python -m workers.safety.blacklist_cli add-text "the exact spam message" --ttl 3600
-    python -m workers.safety.blacklist_cli remove-text "the exact spam message"
+    python -m moderation.blacklist_cli add-user acme/mallory --ttl 86400
+    python -m moderation.blacklist_cli remove-user acme/mallory
+    python -m moderation.blacklist_cli add-text "the exact spam message" --ttl 3600
+    python -m moderation.blacklist_cli remove-text "the exact spam message"
 
 Users are `tenant/user`. A message is stored as the hash of its normalised text (as the
 input screen computes it), so it matches again with other spacing, case or leetspeak, and
@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from moderation.blacklist import RedisBlacklist, content_hash
+from moderation.normalize import HEAD_CHARS, TAIL_CHARS, normalize
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.channels import RedisNames
-from workers.safety.blacklist import RedisBlacklist, content_hash
-from workers.safety.normalize import HEAD_CHARS, TAIL_CHARS, normalize
 
 
 def message_hash(text: str) -> str:
@@ -56,7 +56,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m workers.safety.blacklist_cli")
+    parser = argparse.ArgumentParser(prog="python -m moderation.blacklist_cli")
     parser.add_argument("action", choices=["add-user", "remove-user", "add-text", "remove-text"])
     parser.add_argument("subject", help="tenant/user, or the message text")
     parser.add_argument("--ttl", type=float, default=None, help="seconds (default: permanent)")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from moderation.verdict import Verdict
 from schemas.events import SafetyAction, SafetyStage, SafetyVerdict
-from workers.safety.verdict import Verdict
 
 MAX_EVIDENCE_CHARS = 2000  # of refused text, kept with its verdict for audits
 

@@ -27,8 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from workers.safety.verdict import Action
-from workers.safety.windows import Window, Windower
+from moderation.verdict import Action
+from moderation.windows import Window, Windower
 
 SAFETY_TIMEOUT = "safety_timeout"
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 
 class SafetyError(Exception):
-    """Base of every error raised by workers.safety."""
+    """Base of every error raised by the moderation library."""
 
     code: ClassVar[str] = "safety_error"
 

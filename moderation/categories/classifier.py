@@ -16,13 +16,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from workers.safety.categories import head as heads
-from workers.safety.categories.chunks import MAX_CHUNKS, WIDE_CHUNKS, chunks, head_and_tail
-from workers.safety.categories.encoders import E5Encoder, Encoder, UseEncoder
-from workers.safety.categories.labels import SAFE
-from workers.safety.categories.scripts import use_can_read
-from workers.safety.errors import ClassifierError
-from workers.safety.normalize import normalize, plain
+from moderation.categories import head as heads
+from moderation.categories.chunks import MAX_CHUNKS, WIDE_CHUNKS, chunks, head_and_tail
+from moderation.categories.encoders import E5Encoder, Encoder, UseEncoder
+from moderation.categories.labels import SAFE
+from moderation.categories.scripts import use_can_read
+from moderation.errors import ClassifierError
+from moderation.normalize import normalize, plain
 
 
 @dataclass(frozen=True, slots=True)

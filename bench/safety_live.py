@@ -3,8 +3,8 @@ turn (each in a conversation of its own) to a running edge, and counted as stopp
 ends with finish reason `safety` (refused at the input, or cut while streaming). Offline
 `evaluate` judges the checks alone; this judges what a user actually gets.
 
-    python -m workers.safety.live --set v1                  # the local stack's edge
-    python -m workers.safety.live --url ws://host:8765/ --concurrency 4
+    python -m bench.safety_live --set v1                  # the local stack's edge
+    python -m bench.safety_live --url ws://host:8765/ --concurrency 4
 
 Answers are capped (`--max-tokens`, 16) so a real model does not spend minutes on the benign
 set. Prints catch and false-positive rates, per category, the misses, and the time to
@@ -22,17 +22,9 @@ from collections.abc import Sequence
 
 import uvloop
 
+from moderation.evaluate import Item, Outcome, latency_line, load_set, rate_line, table, wrong
 from runtime.settings import Settings
 from schemas.events import FinishReason
-from workers.safety.evaluate import (
-    Item,
-    Outcome,
-    latency_line,
-    load_set,
-    rate_line,
-    table,
-    wrong,
-)
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, TurnRejected
 
@@ -97,7 +89,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m workers.safety.live")
+    parser = argparse.ArgumentParser(prog="python -m bench.safety_live")
     parser.add_argument("--set", default="v1")
     parser.add_argument("--url", default="", help="the edge (default: the local stack's)")
     parser.add_argument("--tenant", default="redteam")

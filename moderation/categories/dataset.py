@@ -1,4 +1,4 @@
-"""The labelled data set the classifier is trained and measured on (`workers/safety/dataset`).
+"""The labelled data set the classifier is trained and measured on (`moderation/dataset`).
 
 A version is a folder with `train/` and `test/`, one JSONL file per language; each line is
 `{"id", "lang", "label", "kind", "near_miss", "text"}` (`kind`: a user's `prompt` or a
@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.safety.categories.labels import CATEGORIES, SAFE
-from workers.safety.errors import DatasetError
+from moderation.categories.labels import CATEGORIES, SAFE
+from moderation.errors import DatasetError
 
 DATASET_DIR = Path(__file__).resolve().parent.parent / "dataset"
 VERSION = "v1"

@@ -17,15 +17,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from workers.safety.blacklist import Blacklist, BlacklistHit, content_hash
-from workers.safety.categories.classifier import CategoryClassifier, shared, worst_of
-from workers.safety.errors import SafetyError, ScreenError
-from workers.safety.language import detect, latin_script
-from workers.safety.normalize import HEAD_CHARS, TAIL_CHARS, cap, encoded_payloads, normalize
-from workers.safety.profanity import LazyProfanity, Scorer
-from workers.safety.quoted import only_quoted, quoted_spans
-from workers.safety.rules import INPUT_RULES, OUTPUT_RULES, RuleMatch, RuleSet
-from workers.safety.verdict import Action, Verdict, reason_for
+from moderation.blacklist import Blacklist, BlacklistHit, content_hash
+from moderation.categories.classifier import CategoryClassifier, shared, worst_of
+from moderation.errors import SafetyError, ScreenError
+from moderation.language import detect, latin_script
+from moderation.normalize import HEAD_CHARS, TAIL_CHARS, cap, encoded_payloads, normalize
+from moderation.profanity import LazyProfanity, Scorer
+from moderation.quoted import only_quoted, quoted_spans
+from moderation.rules import INPUT_RULES, OUTPUT_RULES, RuleMatch, RuleSet
+from moderation.verdict import Action, Verdict, reason_for
 
 STOP_LABELS = frozenset(
     {
@@ -50,7 +50,7 @@ class SafetyConfig:
 
     rules: bool = True
     classifier: bool = True
-    categories: bool = True  # the multilingual category classifier (workers.safety.categories)
+    categories: bool = True  # the multilingual category classifier (moderation.categories)
     blacklist: bool = True
     decode_payloads: bool = True
     input_profanity_threshold: float = 0.9

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from workers.safety.errors import DetectorUnavailable
-from workers.safety.nudity import INPUT_SIDE, Detection, detections, letterbox
+from moderation.errors import DetectorUnavailable
+from moderation.nudity import INPUT_SIDE, Detection, detections, letterbox
 
 WEIGHTS_FILE = "320n.onnx"
 
