@@ -1199,11 +1199,12 @@ def gc_pauses(path: Path, window: Window | None = None) -> dict[str, float]:
 
 
 def start_edge(env: dict[str, str], log_path: Path) -> Any:
-    """The edge in its own process (an `infra.stack.Child`: output to `log_path`, ready when
+    """The edge in its own process (an `runtime.processes.Child`: output to `log_path`, ready when
     it prints its ready line)."""
     import threading
 
-    from infra.stack import REPO, Child
+    from infra.stack import REPO
+    from runtime.processes import Child
 
     class EdgeProcess(Child):
         def __init__(self) -> None:  # Child's, with `-c EDGE_BOOT` for `-m ws_edge`
@@ -1287,7 +1288,7 @@ class EdgeRun:
     method per phase, each adding its numbers to `row`."""
 
     def __init__(self, n: int, args: argparse.Namespace, base: Any) -> None:
-        from infra.stack import free_port
+        from runtime.processes import free_port
 
         self.n = n
         self.args = args

@@ -58,7 +58,8 @@ from bench.namespace import drop_namespace
 from bench.pipeline_latency import FAKE_TEXT, stack_settings, start_pipeline
 from bench.plotting import save_figure
 from bench.stats import percentile
-from infra.stack import REPO, Child, stop_roles
+from infra.stack import REPO
+from runtime.processes import Child, stop_roles
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from ws_edge.auth import mint_token
@@ -515,13 +516,23 @@ def baseline_tree(ref: str):
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO, check=False)
 
 
+# where the role list lives: runtime/processes.py now, infra/stack.py in older trees
+LIST_ROLES = """
+try:
+    from runtime.processes import ROLES
+except ImportError:
+    from infra.stack import ROLES
+print(*(r.log for r in ROLES))
+"""
+
+
 def tree_roles(tree: Path) -> tuple[str, ...]:
     """The roles the local stack of `tree` starts (a commit may have fewer than this one,
     e.g. before the audit worker was a role), by their log names."""
     if tree == REPO:
         return ()  # every role of this tree
     listed = subprocess.run(
-        [sys.executable, "-c", "from infra.stack import ROLES; print(*(r.log for r in ROLES))"],
+        [sys.executable, "-c", LIST_ROLES],
         cwd=tree,
         check=True,
         capture_output=True,

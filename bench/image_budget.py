@@ -41,10 +41,10 @@ import numpy as np
 import uvloop
 
 from bench.stats import percentile, summary
+from harness.media import encode_image, noise_image
 from infra.stack import REPO
 from runtime.settings import Settings
 from schemas.events import DecodingParams, ImageInput, Message, Role
-from tests.support.media import encode_image, noise_image
 from workers.inference.engine import Engine, GenerationRequest
 from workers.inference.image_budget import ImageBudget
 from workers.preprocess.images import ImageLimits, preprocess_image
@@ -308,7 +308,7 @@ def plot(trials: list[Trial], modes: list[str], out: Path) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    from tests.support.tiny_vlm import build_tiny_llava
+    from harness.tiny_vlm import build_tiny_llava
     from workers.inference.vllm_engine import VllmEngine, VllmOptions
 
     started = time.perf_counter()
@@ -361,7 +361,7 @@ async def main_async(args: argparse.Namespace) -> None:
     summary.update(
         {
             "args": vars(args),
-            "model": "tiny LLaVA (tests/support/tiny_vlm.py), fp32, vLLM CPU",
+            "model": "tiny LLaVA (harness/tiny_vlm.py), fp32, vLLM CPU",
             "tokens_per_image": 576,
             "trials": [
                 {

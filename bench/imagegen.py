@@ -30,9 +30,9 @@ import uvloop
 from bench.namespace import drop_namespace
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
+from harness.stack import pipeline
+from harness.tiny_diffusion import build_tiny_diffusion
 from runtime.settings import Settings
-from tests.support.stack import pipeline
-from tests.support.tiny_diffusion import build_tiny_diffusion
 from workers.imagegen.app import load_pipeline, run_imagegen_worker
 from workers.imagegen.pipeline import ImagePipeline
 from workers.imagegen.preview import png_bytes

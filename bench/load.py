@@ -41,8 +41,9 @@ from bench.knee import Step, bounded, busiest, find_knee, growth_per_minute
 from bench.namespace import drop_namespace
 from bench.pipeline_latency import start_pipeline
 from bench.stats import percentile
-from infra.stack import REPO, Child, free_port, stop_roles
+from infra.stack import REPO
 from runtime.kafka_topics import ensure_topics
+from runtime.processes import Child, free_port, stop_roles
 from runtime.settings import Settings
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, TurnRejected

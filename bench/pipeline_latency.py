@@ -40,13 +40,14 @@ from pathlib import Path
 import uvloop
 
 from bench.stats import Comparison, compare, percentile
-from infra.stack import REPO, ROLES, Child, free_port, start_roles, stop_roles
+from harness.tracing import OtlpReceiver, in_memory_tracing
+from infra.stack import REPO
 from runtime.kafka_topics import ensure_topics
+from runtime.processes import ROLES, Child, free_port, start_roles, stop_roles
 from runtime.settings import Settings
 from runtime.tracing.propagation import from_kafka_headers
 from runtime.tracing.spans import consuming, producing
 from schemas.events import DecodingParams, Message, Role
-from tests.support.tracing import OtlpReceiver, in_memory_tracing
 from workers.inference.app import build_engine
 from workers.inference.engine import Engine, GenerationRequest
 from ws_edge.auth import mint_token

@@ -49,17 +49,18 @@ from PIL import Image
 
 from bench.pipeline_latency import run_direct, start_pipeline
 from bench.stats import compare, percentile, summary
-from infra.stack import REPO, free_port, stop_roles
+from harness.kafka import records_so_far
+from harness.media import encode_image, encode_opus, espeak_wav, pcm16, quiet_room, words
+from infra.stack import REPO
 from runtime.blobs import RedisBlobStore, sha256_hex
 from runtime.kafka_topics import ensure_topics
+from runtime.processes import free_port, stop_roles
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.events import DecodingParams, FinishReason, MediaKind, MediaRef
 from schemas.topics import TURNS_ASSEMBLED, TURNS_ENRICHED, TURNS_SUBMITTED
-from tests.support.kafka import records_so_far
-from tests.support.media import encode_image, encode_opus, espeak_wav, pcm16, quiet_room, words
 from workers.inference.fake_engine import FakeEngine
 from workers.preprocess.audio_decode import decode_audio
 from workers.preprocess.images import ImageLimits, preprocess_image

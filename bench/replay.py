@@ -23,12 +23,12 @@ import time
 import uuid
 from pathlib import Path
 
+from harness.stack import pipeline
 from producers.replay.plan import from_eval_items
 from producers.replay.runner import Replay, Target
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.flywheel import Candidate, EvalItem, ItemTurn, SetKind
-from tests.support.stack import pipeline
 from workers.inference.app import build_engine
 from workers.inference.fake_engine import FakeEngine
 

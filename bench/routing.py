@@ -44,6 +44,8 @@ import uvloop
 from bench.namespace import drop_namespace
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
+from harness.kafka import records_so_far
+from harness.stack import running_assembly
 from runtime.kafka_topics import ensure_topics
 from runtime.redis import redis_client
 from runtime.settings import Settings
@@ -52,8 +54,6 @@ from schemas.codec import decode
 from schemas.events import TurnAssembled, TurnCompleted
 from schemas.topics import POOL_PARTITIONS, TURNS_ASSEMBLED, TURNS_COMPLETED
 from schemas.worker_state import decode_state
-from tests.support.kafka import records_so_far
-from tests.support.stack import running_assembly
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.fake_engine import FakeEngine
 from workers.preprocess.app import run_preprocessor
@@ -149,7 +149,7 @@ class RoutedPipeline:
 async def routed_pipeline(
     settings: Settings, engines: list[FakeEngine]
 ) -> AsyncIterator[RoutedPipeline]:
-    """`tests.support.stack.pipeline` with one inference worker per engine (worker ids w0,
+    """`harness.stack.pipeline` with one inference worker per engine (worker ids w0,
     w1, ...), without the safety worker; the assembly job picks with the settings'
     `routing_strategy`. Yields once every worker is on the state board owning partitions."""
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)

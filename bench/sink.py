@@ -28,6 +28,8 @@ import uuid
 from aiokafka import AIOKafkaProducer
 
 from bench.stats import summary
+from harness.factories import completed
+from harness.polling import eventually
 from infra.stack import REPO
 from runtime.clickhouse.client import connect
 from runtime.clickhouse.migrate import migrate
@@ -35,8 +37,6 @@ from runtime.kafka_topics import ensure_topics
 from runtime.settings import Settings
 from schemas.codec import encode
 from schemas.ids import now_ms
-from tests.support.factories import completed
-from tests.support.polling import eventually
 from workers.sink.app import TURNS, run_sink
 from workers.sink.rows import turn_row
 from workers.sink.service import SOURCE_COLUMNS

@@ -39,9 +39,9 @@ import uvloop
 
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
+from harness.media import pcm16, quiet_room, spoken
+from harness.stack import pipeline
 from runtime.settings import Settings
-from tests.support.media import pcm16, quiet_room, spoken
-from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import (

@@ -1,4 +1,4 @@
-"""The roles of a fault run as child processes (`infra.stack.Child`), each one killable and
+"""The roles of a fault run as child processes (`runtime.processes.Child`), each one killable and
 restartable on its own: two inference workers (a killed one's turns fail over to the other),
 the preprocessing worker, the assembly and traces jobs, the ClickHouse sink and two edges (a
 killed edge's clients resume on the other).
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.stack import ROLES, Child, StackError, stop_roles
+from runtime.processes import ROLES, Child, StackError, stop_roles
 
 BY_LOG = {role.log: role for role in ROLES}
 

@@ -21,7 +21,7 @@ class MiniLMEmbedder:
     def __init__(self, batch_size: int = 64) -> None:
         from sentence_transformers import SentenceTransformer
 
-        from stream_jobs.assembly.retrieval import minilm_path
+        from runtime.minilm import minilm_path
 
         self._model = SentenceTransformer(str(minilm_path()), device="cpu", local_files_only=True)
         self.batch_size = batch_size

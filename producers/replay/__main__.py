@@ -28,7 +28,6 @@ from pathlib import Path
 
 import msgspec
 
-from infra.stack import Child, StackError, start_roles, stop_roles
 from producers.replay.plan import (
     PlanError,
     PlannedConversation,
@@ -39,6 +38,7 @@ from producers.replay.plan import (
 from producers.replay.runner import Replay, Target, iso_now
 from producers.replay.source import SourceError, read_eval_set, read_recorded
 from runtime.kafka_topics import ensure_topics
+from runtime.processes import Child, StackError, start_roles, stop_roles
 from runtime.redis import redis_client
 from runtime.settings import Settings, settings_env
 from schemas.flywheel import Candidate, RunManifest, write_jsonl

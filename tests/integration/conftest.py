@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.stack import pipeline
 from runtime.settings import Settings
-from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 
 FAIL_TRIGGER = "PLEASE FAIL"
@@ -33,7 +33,7 @@ async def fake_pipeline(fake_settings: Settings):
 
 @pytest.fixture(scope="session")
 def tiny_model_path(test_models_dir):
-    from tests.support.tiny_model import build_tiny_model
+    from harness.tiny_model import build_tiny_model
 
     return build_tiny_model(test_models_dir / "tiny-llama-v1")
 

@@ -14,6 +14,8 @@ import uuid
 import jwt
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import find_record
 from runtime.kafka_topics import ensure_topics
 from runtime.redis import redis_client
 from runtime.settings import Settings
@@ -22,8 +24,6 @@ from schemas.codec import decode
 from schemas.events import TurnSubmitted
 from schemas.ids import now_ms
 from schemas.worker_state import WorkerState, encode_state
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import find_record
 from ws_edge.auth import ISSUER, mint_token
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.server import EdgeServer

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import assembled_prompt
+from harness.stack import pipeline, running_assembly
 from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.events import Role
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt
-from tests.support.stack import pipeline, running_assembly
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 

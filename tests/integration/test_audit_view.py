@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tests.support.chdb import check_in_fresh_engine
+from harness.chdb import check_in_fresh_engine
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent("""
     from schemas.events import SafetyAction, SafetyStage, SafetyVerdict
     from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace
-    from tests.support.factories import completed, submitted
+    from harness.factories import completed, submitted
     from workers.sink.event_log import EVENT_COLUMNS, event_row
 
     now = time.time() * 1000

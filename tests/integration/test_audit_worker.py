@@ -12,6 +12,10 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from harness.factories import completed, submitted
+from harness.kafka import records_so_far
+from harness.polling import eventually
+from harness.tiny_guard import EXAMPLES, build_tiny_guard
 from moderation.blacklist import RedisBlacklist
 from moderation.input_gate import blacklist_user
 from runtime.kafka_topics import ensure_topics
@@ -20,10 +24,6 @@ from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.codec import decode, encode
 from schemas.events import SafetyAction, SafetyAlert, SafetyStage, TraceRecorded
-from tests.support.factories import completed, submitted
-from tests.support.kafka import records_so_far
-from tests.support.polling import eventually
-from tests.support.tiny_guard import EXAMPLES, build_tiny_guard
 from workers.audit.app import run_auditor
 from workers.audit.category_guard import CategoryGuard
 from workers.audit.guard_prompt import GuardResult

@@ -11,13 +11,13 @@ from aiokafka import AIOKafkaProducer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import find_record
 from runtime.settings import Settings
 from schemas.codec import encode
 from schemas.events import FinishReason, TurnCompleted, TurnSubmitted
 from schemas.ids import now_ms
 from schemas.turn_log import decode_relay_message
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import find_record
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ErrorEvent, ResponseDone, SessionReady
 from ws_edge.server import EdgeServer

@@ -1,5 +1,5 @@
 """The main job's processes on the bundled SmolLM2, started as the stack starts them
-(`infra.stack.start_roles`): a typed question and a spoken follow-up, answered for real."""
+(`runtime.processes.start_roles`): a typed question and a spoken follow-up, answered for real."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import sys
 
 import pytest
 
-from infra.stack import REPO, free_port, start_roles, stop_roles
+from harness.media import espeak_wav, words
+from infra.stack import REPO
 from runtime.kafka_topics import ensure_topics
+from runtime.processes import free_port, start_roles, stop_roles
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir
-from tests.support.media import espeak_wav, words
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, audio_part
 from ws_edge.messages import InputTranscript

@@ -10,14 +10,14 @@ import textwrap
 
 import pytest
 
+from harness.chdb import check_in_fresh_engine
+from harness.factories import new_conversation_id as conv
+from harness.kafka import records_so_far
+from harness.polling import eventually
 from producers.flywheel import canary
 from schemas.codec import decode
 from schemas.events import TurnAssembled
 from schemas.topics import TURNS_ASSEMBLED
-from tests.support.chdb import check_in_fresh_engine
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import records_so_far
-from tests.support.polling import eventually
 from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration
@@ -85,7 +85,7 @@ COMPARE = textwrap.dedent("""
     from schemas.events import FeedbackGiven, FeedbackKind, ErrorInfo, Timings
     from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace
-    from tests.support.factories import completed, submitted
+    from harness.factories import completed, submitted
     from workers.sink.rows import FEEDBACK_COLUMNS, feedback_row
 
     now = time.time() * 1000

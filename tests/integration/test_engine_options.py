@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
+from harness.chdb import sink_trace_rows
+from harness.stack import pipeline, running_job
 from runtime.settings import Settings
 from schemas.events import DecodingParams, Message, Role
-from tests.support.chdb import sink_trace_rows
-from tests.support.stack import pipeline, running_job
 from workers.inference.engine import GenerationRequest
 from workers.inference.engine_profile import EngineProfile
 from ws_edge.client import EdgeClient

@@ -18,12 +18,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from harness.chdb import run_in_engine
 from infra.stack import REPO
 from runtime.blobs import RedisBlobStore, sha256_hex
 from runtime.redis import redis_client
 from schemas.channels import RedisNames
 from schemas.flywheel import EvalItem, EvalSetManifest, Expect, SetKind, read_jsonl
-from tests.support.chdb import run_in_engine
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent("""
                                 Screening)
     from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace
-    from tests.support.factories import completed, submitted
+    from harness.factories import completed, submitted
     from workers.sink.event_log import EVENT_COLUMNS, event_row
 
     now = time.time() * 1000

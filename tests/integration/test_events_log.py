@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 
+from harness.chdb import run_in_engine
+from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.events import FeedbackKind
-from tests.support.chdb import run_in_engine
-from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient, image_part
 

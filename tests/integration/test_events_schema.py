@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tests.support.chdb import check_in_fresh_engine
+from harness.chdb import check_in_fresh_engine
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,7 @@ CHECK = textwrap.dedent("""
     from runtime.clickhouse.migrate import migrate
     from schemas.events import Message, PromptContext, Role, TurnAssembled, TurnEnriched
     from runtime.settings import Settings
-    from tests.support.factories import completed, submitted
+    from harness.factories import completed, submitted
     from workers.sink.event_log import EVENT_COLUMNS, event_row
 
     now = float(int(time.time() * 1000))  # the table's TTL drops old rows: stamp them recent

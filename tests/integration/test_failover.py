@@ -10,11 +10,11 @@ import uuid
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
+from harness.kafka import completions_of
+from harness.stack import Pipeline, running_assembly
 from runtime.kafka_topics import ensure_topics
 from runtime.settings import Settings
 from schemas.topics import POOL_PARTITIONS
-from tests.support.kafka import completions_of
-from tests.support.stack import Pipeline, running_assembly
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.fake_engine import FakeEngine
 from workers.preprocess.app import run_preprocessor

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
+from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.events import FinishReason
-from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 

@@ -10,10 +10,10 @@ import uuid
 
 import pytest
 
+from harness.stack import pipeline
 from runtime.settings import Settings
 from runtime.smollm2 import convert, default_model_dir
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message, Role
-from tests.support.stack import pipeline
 from workers.inference.engine import EngineError, GenerationRequest
 from workers.inference.hf_engine import TransformersEngine, TransformersOptions
 from ws_edge.client import EdgeClient

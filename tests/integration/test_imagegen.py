@@ -1,7 +1,7 @@
 """Image generation on the real pipeline: edge → Kafka → preprocessing (input screen) →
 assembly (the semantic router's image_generation rule) → `images.requested` → the image
 worker running a real diffusers pipeline (a tiny one with random weights, built from configs:
-tests/support/tiny_diffusion.py) → progress and the PNG over Redis → the client; the trace
+harness/tiny_diffusion.py) → progress and the PNG over Redis → the client; the trace
 (traces job, then the ClickHouse sink in a process of its own) records prompt, steps, seed.
 
 Also: without a live image worker the turn is answered at once with a clear error; a cancel
@@ -16,17 +16,17 @@ import io
 import pytest
 from PIL import Image
 
+from harness.chdb import sink_trace_rows
+from harness.factories import new_conversation_id as conv
+from harness.kafka import completions_of, turn_event
+from harness.media import PORTRAIT
+from harness.polling import eventually
+from harness.stack import pipeline, running_job
+from harness.tiny_diffusion import build_tiny_diffusion
 from moderation.image_screen import ImageScreen
 from runtime.settings import Settings
 from runtime.state_board import read_states
 from schemas.events import TurnCompleted
-from tests.support.chdb import sink_trace_rows
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import completions_of, turn_event
-from tests.support.media import PORTRAIT
-from tests.support.polling import eventually
-from tests.support.stack import pipeline, running_job
-from tests.support.tiny_diffusion import build_tiny_diffusion
 from workers.imagegen.app import load_pipeline, run_imagegen_worker
 from workers.imagegen.presence import POOL
 from workers.inference.fake_engine import FakeEngine

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import assembled_prompt, find_record, records_so_far, turn_event
+from harness.media import PORTRAIT
 from moderation.blacklist import RedisBlacklist
 from moderation.blacklist_cli import apply
 from moderation.image_screen import ImageScreen
@@ -20,9 +23,6 @@ from schemas.events import (
     TurnCompleted,
     TurnEnriched,
 )
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt, find_record, records_so_far, turn_event
-from tests.support.media import PORTRAIT
 from ws_edge.client import EdgeClient, image_part
 from ws_edge.messages import ResponseStarted
 

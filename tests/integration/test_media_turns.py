@@ -9,11 +9,8 @@ import uuid
 import numpy as np
 import pytest
 
-from runtime.blobs import sha256_hex
-from schemas.codec import decode
-from schemas.events import FinishReason, TurnCompleted
-from tests.support.kafka import assembled_prompt, find_record
-from tests.support.media import (
+from harness.kafka import assembled_prompt, find_record
+from harness.media import (
     bilevel_png,
     encode_image,
     encode_opus,
@@ -23,6 +20,9 @@ from tests.support.media import (
     quiet_room,
     words,
 )
+from runtime.blobs import sha256_hex
+from schemas.codec import decode
+from schemas.events import FinishReason, TurnCompleted
 from workers.preprocess.audio_decode import decode_audio
 from workers.runtime.tensors import tensor_from_bytes
 from ws_edge.client import EdgeClient, audio_part, image_part

@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.metrics import free_port, scrape, value
+from harness.polling import eventually
+from harness.stack import pipeline, running_assembly, running_job
 from runtime.prometheus import serve_metrics
 from runtime.settings import Settings
-from tests.support.factories import new_conversation_id as conv
-from tests.support.metrics import free_port, scrape, value
-from tests.support.polling import eventually
-from tests.support.stack import pipeline, running_assembly, running_job
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 

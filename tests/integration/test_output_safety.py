@@ -11,12 +11,12 @@ import uuid
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import assembled_prompt, find_record
+from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import FinishReason, Role, SafetyAction, SafetyStage, SafetyVerdict
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt, find_record
-from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseRetracted

@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
+from harness import factories
 from runtime.redis import redis_client
 from schemas.channels import RedisNames
 from schemas.codec import encode
 from schemas.events import TokenChunk, TurnStarted
-from tests.support import factories
 from workers.runtime.relay import RelayPublisher
 from ws_edge.relay import RelaySubscriber
 

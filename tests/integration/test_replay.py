@@ -16,6 +16,9 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from harness.factories import submitted
+from harness.media import encode_image, noise_image
+from harness.stack import pipeline
 from infra.stack import REPO
 from producers.replay.plan import from_recorded
 from producers.replay.runner import Replay, Target
@@ -38,9 +41,6 @@ from schemas.flywheel import (
 )
 from schemas.ids import now_ms
 from schemas.topics import REGISTRY, TURNS_SUBMITTED
-from tests.support.factories import submitted
-from tests.support.media import encode_image, noise_image
-from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from workers.runtime.ranges import stop_consumer
 

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.polling import eventually
 from schemas.turn_log import LogPosition
-from tests.support.factories import new_conversation_id as conv
-from tests.support.polling import eventually
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
 from ws_edge.server import EdgeServer

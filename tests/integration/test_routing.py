@@ -10,13 +10,13 @@ import uuid
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import assembled_prompt
+from harness.polling import eventually
+from harness.stack import pipeline
 from runtime.settings import Settings
 from runtime.state_board import read_states
 from schemas.topics import POOL_PARTITIONS
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt
-from tests.support.polling import eventually
-from tests.support.stack import pipeline
 from workers.inference.app import run_worker
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient

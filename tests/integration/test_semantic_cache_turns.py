@@ -9,12 +9,12 @@ import uuid
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import assembled_prompt
+from harness.polling import eventually
+from harness.stack import pipeline
 from runtime.settings import Settings
 from stream_jobs.assembly.semantic_cache import SemanticCache
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt
-from tests.support.polling import eventually
-from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta

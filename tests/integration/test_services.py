@@ -11,9 +11,9 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from harness.chdb import check_in_fresh_engine
 from runtime.kafka_topics import ensure_topics
 from schemas.topics import REGISTRY
-from tests.support.chdb import check_in_fresh_engine
 
 pytestmark = pytest.mark.integration
 

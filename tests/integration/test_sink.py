@@ -13,18 +13,18 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from infra.stack import Child
+from harness.chdb import run_in_engine
+from harness.factories import completed, submitted
+from harness.kafka import records_so_far
+from harness.polling import eventually
+from harness.stack import pipeline, running_job
 from runtime.kafka_topics import ensure_topics
+from runtime.processes import Child
 from runtime.prometheus import REGISTRY
 from runtime.settings import Settings, settings_env
 from schemas.codec import encode
 from schemas.events import FeedbackKind, Timings
 from schemas.ids import now_ms
-from tests.support.chdb import run_in_engine
-from tests.support.factories import completed, submitted
-from tests.support.kafka import records_so_far
-from tests.support.polling import eventually
-from tests.support.stack import pipeline, running_job
 from workers.inference.fake_engine import FakeEngine
 from workers.sink.app import route_group, run_sink
 from ws_edge.client import EdgeClient, TurnRejected, image_part

@@ -14,7 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.factories import new_conversation_id as conv
+from harness.factories import new_conversation_id as conv
 from ws_edge.client import EdgeClient
 from ws_edge.server import EdgeServer
 

@@ -13,12 +13,12 @@ import uuid
 import numpy as np
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import assembled_prompt
+from harness.media import espeak_wav, pcm16, quiet_room, spoken, words
+from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.events import FinishReason, Role
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt
-from tests.support.media import espeak_wav, pcm16, quiet_room, spoken, words
-from tests.support.stack import pipeline
 from workers.inference.fake_engine import FakeEngine
 from workers.preprocess.asr import WhisperTranscriber
 from workers.preprocess.audio_decode import decode_pcm16

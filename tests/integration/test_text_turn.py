@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import assembled_prompt, completions_of, find_record, turn_event
 from schemas.codec import decode
 from schemas.events import FinishReason, Role, TurnCompleted
 from tests.integration.conftest import FAIL_TRIGGER
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import assembled_prompt, completions_of, find_record, turn_event
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
 

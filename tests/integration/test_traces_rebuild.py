@@ -10,16 +10,16 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from harness.factories import completed, enriched, submitted
+from harness.kafka import find_record, records_so_far
+from harness.polling import eventually
+from harness.stack import running_job
 from runtime.kafka_topics import ensure_topics
 from runtime.settings import Settings
 from schemas.codec import decode, encode
 from schemas.events import TraceRecorded
 from schemas.ids import now_ms
 from schemas.topics import TRACES, TURNS_COMPLETED, TURNS_ENRICHED, TURNS_SUBMITTED
-from tests.support.factories import completed, enriched, submitted
-from tests.support.kafka import find_record, records_so_far
-from tests.support.polling import eventually
-from tests.support.stack import running_job
 
 pytestmark = pytest.mark.integration
 

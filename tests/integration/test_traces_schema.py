@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tests.support.chdb import check_in_fresh_engine
+from harness.chdb import check_in_fresh_engine
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,7 @@ CHECK = textwrap.dedent("""
     from schemas.events import Timings, Usage
     from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, Prices, build_trace
-    from tests.support.factories import completed, submitted
+    from harness.factories import completed, submitted
 
     import time
 
@@ -70,7 +70,7 @@ REPORT = textwrap.dedent("""
     from schemas.events import FeedbackGiven, FeedbackKind, FinishReason, Timings
     from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace
-    from tests.support.factories import completed, submitted
+    from harness.factories import completed, submitted
     from workers.sink.rows import FEEDBACK_COLUMNS, feedback_row
 
     now = time.time() * 1000

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import find_record
+from harness.stack import Pipeline, pipeline, running_job
+from harness.tracing import OtlpReceiver, SpanRecord, in_memory_tracing, local_spans
 from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import TraceRecorded
 from schemas.topics import TRACES
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import find_record
-from tests.support.stack import Pipeline, pipeline, running_job
-from tests.support.tracing import OtlpReceiver, SpanRecord, in_memory_tracing, local_spans
 from workers.inference.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness.factories import new_conversation_id as conv
+from harness.kafka import find_record
 from runtime.tracing import spans
 from schemas.codec import decode
 from schemas.events import TurnSubmitted
 from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
-from tests.support.factories import new_conversation_id as conv
-from tests.support.kafka import find_record
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDone
 

@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
+from harness.factories import completed
 from runtime.redis import redis_client
 from schemas.channels import RedisNames
 from schemas.events import InputTranscribed, SpeechAudio, TokenChunk, TurnStarted
 from schemas.turn_log import LogPosition, decode_relay_message, parse_entry_id
-from tests.support.factories import completed
 from workers.runtime.relay import LogLimits, RelayPublisher
 
 pytestmark = pytest.mark.integration

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from harness.media import encode_image, noise_image, quiet_room, spoken, wav16, words
+from harness.polling import eventually
+from harness.stack import Pipeline, pipeline
 from runtime.settings import Settings
-from tests.support.media import encode_image, noise_image, quiet_room, spoken, wav16, words
-from tests.support.polling import eventually
-from tests.support.stack import Pipeline, pipeline
 from workers.inference.fake_engine import FakeEngine
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -14,6 +14,9 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from harness.chdb import run_in_engine
+from harness.factories import new_conversation_id, submitted
+from harness.polling import eventually
 from runtime.kafka_topics import ensure_topics
 from runtime.settings import Settings
 from schemas.codec import decode, encode
@@ -27,9 +30,6 @@ from schemas.events import (
 )
 from schemas.ids import now_ms
 from schemas.topics import WORKERS_METRICS, pool_topic
-from tests.support.chdb import run_in_engine
-from tests.support.factories import new_conversation_id, submitted
-from tests.support.polling import eventually
 from workers.inference.app import run_worker
 from workers.inference.engine import GenerationRequest
 from workers.inference.fake_engine import FakeEngine

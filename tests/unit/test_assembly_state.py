@@ -3,6 +3,7 @@ completions, redeliveries recognised, floods refused, stale turns released."""
 
 from __future__ import annotations
 
+from harness.factories import completed, enriched
 from schemas.events import ErrorInfo, FinishReason, ImageInput, Role
 from stream_jobs.assembly.state import (
     ConversationState,
@@ -14,7 +15,6 @@ from stream_jobs.assembly.state import (
     on_enriched,
     on_stale,
 )
-from tests.support.factories import completed, enriched
 
 
 def words(text: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.factories import completed, enriched
 from schemas.events import ErrorInfo, FinishReason, Role, Truncation
 from stream_jobs.assembly.state import (
     PENDING_TRUNCATIONS,
@@ -12,7 +13,6 @@ from stream_jobs.assembly.state import (
     on_enriched,
     on_truncated,
 )
-from tests.support.factories import completed, enriched
 
 ANSWER = "Hello there. How are you doing today?"
 

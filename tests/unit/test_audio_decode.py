@@ -9,7 +9,7 @@ import av
 import numpy as np
 import pytest
 
-from tests.support.media import count_conversions, espeak_wav
+from harness.media import count_conversions, espeak_wav
 from workers.preprocess import audio_decode
 from workers.preprocess.audio_decode import (
     decode_audio,

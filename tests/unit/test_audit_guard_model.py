@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tiny_guard import EXAMPLES, build_tiny_guard
+from harness.tiny_guard import EXAMPLES, build_tiny_guard
 from workers.audit.guard_model import GuardModel
 from workers.audit.guard_prompt import GuardResult
 

@@ -4,9 +4,9 @@ guard's scores travel with it, and a turn past the max lag is recorded as skippe
 
 from __future__ import annotations
 
+from harness.factories import completed, submitted
 from schemas.codec import decode
 from schemas.events import SafetyAction, SafetyStage, TraceRecorded
-from tests.support.factories import completed, submitted
 from workers.audit.guard_prompt import GuardResult
 from workers.audit.ledger import AuditLedger
 from workers.audit.policy import AuditPolicy

@@ -5,11 +5,11 @@ experiment cached and failing safe."""
 import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from harness.factories import submitted
 from schemas.canary import CONTROL, CanaryConfig, apply_arm, arm_for
 from schemas.channels import RedisNames
 from schemas.events import DecodingParams
 from schemas.flywheel import Candidate
-from tests.support.factories import submitted
 from ws_edge.canary import CanaryWatch
 
 TERSE = Candidate(name="terse", system_prompt="Be brief.", max_tokens=64, pool="reasoning")

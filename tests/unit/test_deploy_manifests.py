@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 import schemas.topics as topics_module
-from infra.stack import ROLES
+from runtime.processes import ROLES
 from runtime.settings import DEV_TENANT_REGISTRY, Settings
 from schemas.errors import SettingsError
 from schemas.exposure import exposure_problems

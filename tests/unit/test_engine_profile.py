@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.factories import completed, submitted
 from runtime.settings import Settings
 from schemas.codec import decode, encode
 from schemas.errors import SettingsError
 from schemas.events import TurnCompleted
 from schemas.traces import build_trace
-from tests.support.factories import completed, submitted
 from workers.inference.engine import options_tag
 from workers.inference.engine_profile import QUANTIZATION, EngineProfile
 from workers.inference.engine_stats import EngineMeter

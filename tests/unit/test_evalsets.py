@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import msgspec
 import pytest
 
+from harness.factories import submitted
 from producers.flywheel import evalsets
 from producers.flywheel.evalsets import Options, build, main
 from producers.flywheel.inputs import (
@@ -55,7 +56,6 @@ from schemas.flywheel import (
     SetKind,
     read_jsonl,
 )
-from tests.support.factories import submitted
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
+from harness.factories import completed, submitted
 from schemas.codec import decode
 from schemas.events import (
     ErrorInfo,
@@ -28,7 +29,6 @@ from schemas.events import (
     WorkerMetrics,
 )
 from schemas.ids import now_ms
-from tests.support.factories import completed, submitted
 from workers.sink.app import ROUTES
 from workers.sink.event_log import EVENT_COLUMNS, MAX_PAYLOAD_BYTES, event_row
 from workers.sink.rows import RowRejected

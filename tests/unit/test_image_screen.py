@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from harness.media import PORTRAIT
 from moderation.image_screen import DETECTOR_FAILED, ImageScreen, blocked_images
 from moderation.nudity import LABEL
 from moderation.nudity_model import NudityModel
 from schemas.events import SafetyAction, Screening
-from tests.support.media import PORTRAIT
 from workers.preprocess.images import ImageLimits, preprocess_image
 
 

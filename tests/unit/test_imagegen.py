@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from harness.factories import completed, submitted
 from schemas.events import (
     ImageGenerated,
     ImageGeneration,
@@ -23,7 +24,6 @@ from schemas.turn_log import NOT_LOGGED, log_kind
 from stream_jobs.assembly.endpoint_picker import EndpointPicker
 from stream_jobs.assembly.routing import IMAGE_POOL, Routing
 from stream_jobs.assembly.semantic_router import RouterConfig, SemanticRouter
-from tests.support.factories import completed, submitted
 from workers.imagegen.preview import latents_to_rgb, png_bytes, preview_jpeg, wants_preview
 from workers.imagegen.request import (
     ImageLimits,

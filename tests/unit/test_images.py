@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageCms, ImageFile
 
-from tests.support.media import bilevel_png, encode_image, noise_image
+from harness.media import bilevel_png, encode_image, noise_image
 from workers.preprocess.errors import ImageTooLarge, ImageUnreadable, UnsupportedMedia
 from workers.preprocess.images import (
     CLIP_MEAN,

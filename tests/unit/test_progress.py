@@ -1,5 +1,5 @@
+from harness.factories import submitted
 from schemas.events import FinishReason, TurnSubmitted
-from tests.support.factories import submitted
 from workers.inference.engine import GenerationDelta
 from workers.inference.progress import TurnProgress
 

@@ -3,6 +3,7 @@ decoding, recorded pacing, and a namespace that is never the live one."""
 
 import pytest
 
+from harness.factories import completed, submitted
 from producers.replay.__main__ import candidate_env, parse_time_ms
 from producers.replay.plan import (
     PlanError,
@@ -18,7 +19,6 @@ from producers.replay.plan import (
 from schemas.events import DecodingParams
 from schemas.flywheel import Candidate, EvalItem, ItemTurn, SetKind
 from schemas.traces import build_trace
-from tests.support.factories import completed, submitted
 
 
 def test_eval_items_become_conversations_whose_last_turn_is_scored():

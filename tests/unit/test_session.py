@@ -3,8 +3,8 @@
 import msgspec
 import pytest
 
+from harness.factories import completed
 from schemas.events import TokenChunk, TurnStarted
-from tests.support.factories import completed
 from ws_edge.auth import mint_token
 from ws_edge.errors import BrokerUnavailable
 from ws_edge.media import MediaLimits

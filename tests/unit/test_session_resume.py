@@ -1,9 +1,9 @@
 """Resume at the session level: the log and the live stream overlap without duplicates, a
 failover or an expired history is said plainly, and limits hold."""
 
+from harness.factories import completed
 from schemas.events import TokenChunk, TurnStarted
 from schemas.turn_log import START, LogPosition, ResumePlan
-from tests.support.factories import completed
 from tests.unit.test_session import authed, frame, make_session, only_error
 from ws_edge.errors import UnknownTurn
 from ws_edge.messages import (

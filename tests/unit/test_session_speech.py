@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from base64 import b64encode
 
+from harness.factories import completed
 from runtime.blobs import sha256_hex
 from schemas.events import (
     ErrorInfo,
@@ -18,7 +19,6 @@ from schemas.events import (
     TurnStarted,
     TurnTruncated,
 )
-from tests.support.factories import completed
 from tests.unit.test_session import SECRET, frame, only_error
 from ws_edge.auth import mint_token
 from ws_edge.errors import BrokerUnavailable

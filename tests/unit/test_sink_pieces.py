@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from aiokafka import TopicPartition
 
+from harness.factories import completed
 from schemas.events import ErrorInfo, FinishReason, Timings, Usage
 from schemas.ids import now_ms
-from tests.support.factories import completed
 from workers.sink.batch import Batch, BatchLimits
 from workers.sink.rows import TURN_COLUMNS, RowRejected, turn_row
 

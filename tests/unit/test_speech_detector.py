@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.support.media import pcm16, quiet_room, spoken
+from harness.media import pcm16, quiet_room, spoken
 from ws_edge.speech_detector import SpeechDetector
 from ws_edge.voice_loop import FRAME_BYTES, SpeechEnded, SpeechStarted, VadRules, VoiceLoop
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from harness.factories import submitted
 from schemas.events import FinishReason, SpeechSettings, SpeechText
-from tests.support.factories import submitted
 from workers.inference.speech_feed import SpeechFeed
 from workers.inference.speech_segments import SegmenterConfig
 

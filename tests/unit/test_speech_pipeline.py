@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from tests.support.media import (
+from harness.media import (
     RATE,
     count_conversions,
     encode_opus,

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from harness.factories import completed, submitted
 from schemas.events import (
     ErrorInfo,
     FinishReason,
@@ -16,7 +17,6 @@ from schemas.events import (
     Usage,
 )
 from schemas.traces import TRACE_COLUMNS, Prices, build_trace
-from tests.support.factories import completed, submitted
 
 
 def test_a_completed_multimodal_turn():

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from harness.factories import completed, enriched, submitted
 from schemas.events import OutputSafety, PromptContext, SafetyAction, Screening, TurnAssembled
 from stream_jobs.traces.state import PendingTrace, on_event
-from tests.support.factories import completed, enriched, submitted
 
 
 def test_a_trace_is_ready_once_both_ends_are_known_in_any_order():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from harness.factories import completed, enriched, submitted
 from stream_jobs.traces.open_turns import TICK, OpenTurns, rebuild, replay_horizon_ms
-from tests.support.factories import completed, enriched, submitted
 
 S = 1000.0  # ms
 TIMEOUT, GRACE = 900 * S, 30 * S

@@ -6,6 +6,8 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
+from harness.factories import completed, submitted
+from harness.tracing import in_memory_tracing, local_spans
 from runtime.settings import Settings
 from runtime.tracing import provider as tracing_provider
 from runtime.tracing import spans
@@ -22,8 +24,6 @@ from runtime.tracing.propagation import (
 from schemas.errors import SettingsError
 from schemas.events import PromptContext, TurnAssembled, TurnEnriched
 from schemas.traces import build_trace
-from tests.support.factories import completed, submitted
-from tests.support.tracing import in_memory_tracing, local_spans
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"

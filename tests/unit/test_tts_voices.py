@@ -282,7 +282,7 @@ def test_preload_loads_the_model() -> None:
 
 
 def test_whisper_understands_joe(book: VoiceBook) -> None:
-    from tests.support.media import words
+    from harness.media import words
     from workers.preprocess.asr import WhisperTranscriber
     from workers.preprocess.audio_decode import decode_pcm16
     from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment

@@ -3,6 +3,7 @@ a resume tells the client for each shape of history."""
 
 import pytest
 
+from harness.factories import completed
 from schemas.codec import encode
 from schemas.errors import DecodeError
 from schemas.events import InputTranscribed, SpeechAudio, TokenChunk, TurnStarted
@@ -19,7 +20,6 @@ from schemas.turn_log import (
     plan_resume,
     range_start,
 )
-from tests.support.factories import completed
 
 P = LogPosition
 

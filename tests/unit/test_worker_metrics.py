@@ -10,11 +10,11 @@ import math
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from harness.polling import eventually
 from schemas.codec import decode, encode
 from schemas.events import DecodingParams, Message, Role, WorkerMetrics
 from schemas.ids import now_ms
 from schemas.topics import REGISTRY, WORKERS_METRICS
-from tests.support.polling import eventually
 from workers.inference.engine import GenerationRequest
 from workers.inference.engine_stats import EngineMeter, EngineSnapshot
 from workers.inference.fake_engine import FakeEngine

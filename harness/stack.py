@@ -10,8 +10,8 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
-from infra.stack import Child
 from runtime.kafka_topics import ensure_topics
+from runtime.processes import Child
 from runtime.settings import Settings, settings_env
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.engine import Engine

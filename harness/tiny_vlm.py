@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tests.support.tiny_model import build_tiny_model, tiny_llama_config
+from harness.tiny_model import build_tiny_model, tiny_llama_config
 from workers.preprocess.images import CLIP_MEAN, CLIP_STD
 
 IMAGE_TOKEN = "<image>"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.tiny_model import tiny_llama_config
+from harness.tiny_model import tiny_llama_config
 from workers.audit.guard_prompt import build_prompt
 
 # (user, agent, answer) the tiny guard is trained to reproduce exactly.
