@@ -10,7 +10,7 @@ paths (a turn's completion, an edge frame) update them directly.
 The endpoint binds `TURNSTREAM_METRICS_HOST` (127.0.0.1 by default: a scraper on the same
 host or pod). With `TURNSTREAM_METRICS_TOKEN` set it answers only requests bearing that token
 (`Authorization: Bearer ...`, compared in constant time); a process refuses to bind another
-address without one (`schemas.exposure`).
+address without one (`runtime.exposure`).
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ import asyncio
 import logging
 import signal
 
+from runtime.exposure import require_safe_exposure
 from runtime.prometheus import serve_metrics
 from runtime.settings import Settings
 from runtime.tracing.provider import configure as configure_tracing
-from schemas.exposure import require_safe_exposure
 
 
 def start_process() -> tuple[Settings, asyncio.Event]:

@@ -13,7 +13,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from runtime.tracing.propagation import trace_id_of
 from schemas.events import (
     MediaKind,
     PromptContext,
@@ -23,6 +22,7 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.stats import percentile
+from schemas.traceparent import trace_id_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,8 @@ from websockets.exceptions import ConnectionClosed
 from producers.turn_publisher import PublishFailed, TurnPublisher
 from runtime import prometheus as prom
 from runtime.blobs import blob_store
+from runtime.exposure import require_safe_exposure
+from runtime.instance_id import make_instance_id
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from runtime.tracing import spans
@@ -41,8 +43,7 @@ from schemas.events import (
     TurnStarted,
     TurnSubmitted,
 )
-from schemas.exposure import require_safe_exposure
-from schemas.ids import make_instance_id, now_ms
+from schemas.ids import now_ms
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
 from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
 from ws_edge.admission import AdmissionControl

@@ -73,7 +73,7 @@ def own_entries(
     board: Mapping[bytes, bytes], worker_id: str, hostname: str, role: str = "inference"
 ) -> list:
     """This pod's entries on a pool's board: the configured worker id, or the ids
-    `schemas.ids.make_instance_id` makes here (`<role>-<hostname>-<pid>-<random>`)."""
+    `runtime.instance_id.make_instance_id` makes here (`<role>-<hostname>-<pid>-<random>`)."""
     from schemas.worker_state import decode_state
 
     prefix = f"{role}-{hostname}-"

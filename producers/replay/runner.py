@@ -31,6 +31,7 @@ from producers.replay.plan import (
 from producers.replay.source import partitions_of
 from producers.turn_publisher import TurnPublisher
 from runtime.blobs import BlobStore, blob_store
+from runtime.kafka_ranges import stop_consumer
 from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.codec import decode
@@ -40,7 +41,6 @@ from schemas.flywheel import Candidate, TurnResult
 from schemas.ids import now_ms
 from schemas.topics import TURNS_COMPLETED, TURNS_SUBMITTED
 from schemas.traces import Prices
-from workers.runtime.ranges import stop_consumer
 
 REPLAY_TIMEOUT = "replay_timeout"
 MEDIA_TTL_S = 24 * 3600

@@ -13,11 +13,11 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from runtime.kafka_ranges import stop_consumer
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import TurnSubmitted
 from schemas.flywheel import EvalItem, EvalSetManifest, read_jsonl
-from workers.runtime.ranges import stop_consumer
 
 
 class SourceError(RuntimeError):

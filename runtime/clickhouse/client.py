@@ -16,8 +16,8 @@ from pathlib import Path
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
+from runtime.clickhouse.http_auth import USER, local_password
 from runtime.settings import Settings
-from workers.sink.http.auth import USER, local_password
 
 DEFAULT_DATABASE = "turnstream"
 SINK_HTTP_HOST = "127.0.0.1"

@@ -20,8 +20,8 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from runtime.clickhouse.client import analyst_client
+from runtime.clickhouse.http_protocol import explicit_format, produces_result
 from runtime.settings import Settings
-from workers.sink.http.protocol import explicit_format, produces_result
 
 RAW_FORMATS = {"csv": "CSVWithNames", "tsv": "TabSeparatedWithNames", "json": "JSONEachRow"}
 ERROR_EXIT = 2

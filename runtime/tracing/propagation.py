@@ -111,16 +111,6 @@ def from_traceparent(value: str) -> Context | None:
     return context if has_context(context) else None
 
 
-def trace_id_of(value: str) -> str:
-    """The 32-hex-digit trace id of a sampled `traceparent` value ("" when it names none, or
-    a trace nobody records): the key to look a turn up in Jaeger or Tempo from ClickHouse."""
-    context = from_traceparent(value)
-    if context is None:
-        return ""
-    span_context = trace.get_current_span(context).get_span_context()
-    return format(span_context.trace_id, "032x") if span_context.trace_flags.sampled else ""
-
-
 def turn_traceparent(event: AnyEvent) -> str:
     """The turn's context as the event carries it (its own or its embedded `submitted`)."""
     if isinstance(event, TurnSubmitted):

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from runtime.kafka_ranges import groupless_consumer, read_ranges, stop_consumer
 from schemas.ids import now_ms
-from workers.runtime.ranges import groupless_consumer, read_ranges, stop_consumer
 
 
 async def committed_offsets(

@@ -25,13 +25,13 @@ from harness.factories import completed, submitted
 from harness.polling import eventually
 from infra.stack import REPO
 from runtime.clickhouse.client import analyst_client, sink_http_answers
+from runtime.clickhouse.http_auth import PASSWORD_FILE, USER, local_password
 from runtime.kafka_topics import ensure_topics
 from runtime.processes import Child, free_port
 from runtime.settings import Settings, settings_env
 from schemas.codec import encode
 from schemas.events import PromptContext, Timings, TraceRecorded, Usage
 from schemas.ids import now_ms
-from workers.sink.http.auth import PASSWORD_FILE, USER, local_password
 
 pytestmark = pytest.mark.integration
 

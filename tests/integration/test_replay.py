@@ -23,6 +23,7 @@ from infra.stack import REPO
 from producers.replay.plan import from_recorded
 from producers.replay.runner import Replay, Target
 from producers.replay.source import partitions_of, read_recorded
+from runtime.kafka_ranges import stop_consumer
 from runtime.kafka_topics import ensure_topics
 from runtime.redis import redis_client
 from runtime.settings import Settings
@@ -42,7 +43,6 @@ from schemas.flywheel import (
 from schemas.ids import now_ms
 from schemas.topics import REGISTRY, TURNS_SUBMITTED
 from workers.inference.fake_engine import FakeEngine
-from workers.runtime.ranges import stop_consumer
 
 pytestmark = pytest.mark.integration
 

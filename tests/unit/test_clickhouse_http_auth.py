@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import base64
 
+from runtime.clickhouse.http_auth import PASSWORD_FILE, USER, allowed, local_password, presented
 from runtime.settings import Settings
-from workers.sink.http.auth import PASSWORD_FILE, USER, allowed, local_password, presented
 
 
 def basic(user: str, password: str) -> dict[str, str]:

@@ -10,8 +10,7 @@ import lz4.frame
 import pytest
 from backports import zstd
 
-from runtime.clickhouse.sql import clickhouse_message, render_table
-from workers.sink.http.protocol import (
+from runtime.clickhouse.http_protocol import (
     DEFAULT_FORMAT,
     InsertData,
     RequestError,
@@ -25,6 +24,7 @@ from workers.sink.http.protocol import (
     split_insert,
     split_params,
 )
+from runtime.clickhouse.sql import clickhouse_message, render_table
 
 NATIVE = b"\x02\x01\x01a\x06String\x06FORMAT\n\x00\xff"  # binary data that says FORMAT
 

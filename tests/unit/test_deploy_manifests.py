@@ -37,10 +37,10 @@ import pytest
 import yaml
 
 import schemas.topics as topics_module
+from runtime.exposure import exposure_problems
 from runtime.processes import ROLES
 from runtime.settings import DEV_TENANT_REGISTRY, Settings
 from schemas.errors import SettingsError
-from schemas.exposure import exposure_problems
 from schemas.topics import REGISTRY, all_topics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -676,7 +676,7 @@ def check_secrets(docs: list[Doc]) -> list[str]:
 
 def check_exposure(docs: list[Doc]) -> list[str]:
     """Each Deployment's process would start: what it binds off loopback authenticates
-    (`schemas.exposure`), its secrets standing in as random values of a proper length."""
+    (`runtime.exposure`), its secrets standing in as random values of a proper length."""
     problems = []
     for doc in of_kind(docs, "Deployment"):
         for c in containers(doc):

@@ -9,10 +9,10 @@ import urllib.request
 import pytest
 
 from harness.metrics import free_port
+from runtime.exposure import exposure_problems, is_loopback, require_safe_exposure
 from runtime.prometheus import serve_metrics
 from runtime.settings import DEV_AUTH_SECRET, Settings
 from schemas.errors import SettingsError
-from schemas.exposure import exposure_problems, is_loopback, require_safe_exposure
 
 STRONG = "x" * 64
 

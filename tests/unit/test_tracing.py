@@ -17,12 +17,12 @@ from runtime.tracing.propagation import (
     from_traceparent,
     incoming_context,
     kafka_headers,
-    trace_id_of,
     traceparent,
     with_kafka_headers,
 )
 from schemas.errors import SettingsError
 from schemas.events import PromptContext, TurnAssembled, TurnEnriched
+from schemas.traceparent import trace_id_of
 from schemas.traces import build_trace
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -217,3 +217,29 @@ def test_assembled_events_carry_the_turns_context_too():
         turn_id="t9", submitted=turn, messages=[], context=context, assembled_at_ms=0.0
     )
     assert _ids(incoming_context(None, assembled))[0] == trace_id_of(PARENT)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+        "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+        "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+        "  00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03 ",
+        "garbage",
+    ],
+)
+def test_the_contracts_trace_id_reads_traceparent_as_opentelemetry_does(value):
+    """schemas.traceparent parses W3C trace context without the tracing library: it must
+    agree with OpenTelemetry's propagator on every accepted and refused value."""
+    context = from_traceparent(value)
+    expected = ""
+    if context is not None:
+        span = trace.get_current_span(context).get_span_context()
+        expected = format(span.trace_id, "032x") if span.trace_flags.sampled else ""
+    assert trace_id_of(value) == expected

@@ -15,10 +15,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
 from runtime.blobs import BlobStore, blob_store
+from runtime.instance_id import make_instance_id
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.channels import RedisNames
-from schemas.ids import make_instance_id
 from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TopicSpec
 from workers.runtime.consumer import ConsumerLoop, Handler
 from workers.runtime.kafka import make_consumer, make_producer

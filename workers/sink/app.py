@@ -12,9 +12,9 @@ from typing import Any
 
 from runtime.clickhouse.client import DEFAULT_DATABASE, connect
 from runtime.clickhouse.migrate import migrate
+from runtime.instance_id import make_instance_id
 from runtime.settings import Settings
 from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted, WorkerMetrics
-from schemas.ids import make_instance_id
 from schemas.topics import (
     DEAD_LETTERS,
     FEEDBACK,

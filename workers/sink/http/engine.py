@@ -20,7 +20,7 @@ from typing import Any
 
 import chdb
 
-from workers.sink.http.protocol import HttpQuery, error_code, set_statement
+from runtime.clickhouse.http_protocol import HttpQuery, error_code, set_statement
 
 
 class EngineError(Exception):

@@ -31,10 +31,14 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from runtime.clickhouse.client import LOCATION_HEADER, embedded_location
-from runtime.settings import Settings
-from workers.sink.http.auth import AUTHENTICATION_FAILED, USER, allowed, local_password, presented
-from workers.sink.http.engine import EmbeddedEngine, EngineError
-from workers.sink.http.protocol import (
+from runtime.clickhouse.http_auth import (
+    AUTHENTICATION_FAILED,
+    USER,
+    allowed,
+    local_password,
+    presented,
+)
+from runtime.clickhouse.http_protocol import (
     STD_EXCEPTION,
     RequestError,
     content_type,
@@ -43,6 +47,8 @@ from workers.sink.http.protocol import (
     http_status,
     parse_request,
 )
+from runtime.settings import Settings
+from workers.sink.http.engine import EmbeddedEngine, EngineError
 
 log = logging.getLogger("turnstream.clickhouse_http")
 
