@@ -12,10 +12,14 @@ MAX_EVIDENCE_CHARS = 2000  # of refused text, kept with its verdict for audits
 
 
 class TurnOwner(Protocol):
-    turn_id: str
-    conversation_id: str
-    tenant_id: str
-    user_id: str
+    @property
+    def turn_id(self) -> str: ...
+    @property
+    def conversation_id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
 
 
 def verdict_event(

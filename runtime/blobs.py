@@ -48,7 +48,8 @@ class RedisBlobStore:
             await self._redis.set(name, data, ex=ttl_s)
 
     async def get(self, key: str) -> bytes | None:
-        return await self._redis.get(self._key(key))
+        value = await self._redis.get(self._key(key))
+        return value.encode() if isinstance(value, str) else value
 
     async def exists(self, key: str) -> bool:
         return bool(await self._redis.exists(self._key(key)))

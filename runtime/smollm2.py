@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from runtime.settings import Settings
 
@@ -62,8 +63,9 @@ def convert(out: Path, force: bool = False) -> Path:
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
+    quantizer: Any = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
     step("saving model folder", 3)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

@@ -96,7 +96,7 @@ async def read_states(redis: Redis, key: str, *, timeout_s: float = 0.2) -> list
     states = []
     for worker, value in raw.items():
         try:
-            states.append(decode_state(value))
+            states.append(decode_state(value.encode() if isinstance(value, str) else value))
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
             log.warning("skipping the state of worker %r: %s", worker, err)
     return states

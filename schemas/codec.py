@@ -20,7 +20,7 @@ class _Envelope(msgspec.Struct):
     v: int
 
 
-KNOWN_TYPES = frozenset(t.__struct_config__.tag for t in AnyEvent.__args__)  # type: ignore[attr-defined]
+KNOWN_TYPES = frozenset(t.__struct_config__.tag for t in AnyEvent.__args__)
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _encoder = msgspec.json.Encoder()

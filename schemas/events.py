@@ -159,7 +159,7 @@ class ImageOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     seed: int | None = None
 
 
-class TurnSubmitted(Event, tag="turn.submitted"):
+class TurnSubmitted(Event, frozen=True, tag="turn.submitted"):
     """The edge accepted a user turn (Kafka `turns.submitted`, keyed by conversation)."""
 
     conversation_id: str
@@ -222,7 +222,7 @@ class Screening(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     scores: dict[str, float] = {}  # an image's detector: the best score per class found
 
 
-class TurnEnriched(Event, tag="turn.enriched"):
+class TurnEnriched(Event, frozen=True, tag="turn.enriched"):
     """A turn after preprocessing (Kafka `turns.enriched`, keyed by conversation): the query
     as the model reads it (typed text and/or the transcript of its audio) and its images.
     `preprocess_ms` is the time spent here, for the per-hop latency budget."""
@@ -266,7 +266,7 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cache_similarity: float = 0.0
 
 
-class TurnAssembled(Event, tag="turn.assembled"):
+class TurnAssembled(Event, frozen=True, tag="turn.assembled"):
     """A turn ready for an engine (Kafka `turns.assembled`, keyed by conversation): the full
     prompt (persona, profile, retrieved context, history, `<image_N>` placeholders, query).
     With `error` set, assembly refused the turn and inference only closes it."""
@@ -283,7 +283,7 @@ class TurnAssembled(Event, tag="turn.assembled"):
     cached_answer: str = ""  # the semantic cache's answer: streamed as is, no engine
 
 
-class TraceRecorded(Event, tag="trace.recorded"):
+class TraceRecorded(Event, frozen=True, tag="trace.recorded"):
     """A turn's trace, joined from its events by the traces job (Kafka `traces`): what the
     ClickHouse sink turns into one `traces` row (`schemas.traces.build_trace`). Without
     `completed`, the turn timed out: it was closed at `closed_at_ms`."""
@@ -308,7 +308,7 @@ class FeedbackKind(enum.StrEnum):
     ABANDON = "abandon"  # left without reading the answer
 
 
-class FeedbackGiven(Event, tag="feedback.given"):
+class FeedbackGiven(Event, frozen=True, tag="feedback.given"):
     """A user's feedback on one of their turns (Kafka `feedback`, keyed by conversation)."""
 
     conversation_id: str
@@ -319,7 +319,7 @@ class FeedbackGiven(Event, tag="feedback.given"):
     comment: str = ""
 
 
-class InputTranscribed(Event, tag="input.transcribed"):
+class InputTranscribed(Event, frozen=True, tag="input.transcribed"):
     """Relay frame: what the user's audio was heard as, before the answer starts."""
 
     text: str
@@ -327,14 +327,14 @@ class InputTranscribed(Event, tag="input.transcribed"):
     audio_s: float
 
 
-class TurnCancelled(Event, tag="turn.cancelled"):
+class TurnCancelled(Event, frozen=True, tag="turn.cancelled"):
     """Control: stop generating this turn (Redis broadcast to workers + a marker key)."""
 
     conversation_id: str
     reason: str = "user"
 
 
-class TokenChunk(Event, tag="token.chunk"):
+class TokenChunk(Event, frozen=True, tag="token.chunk"):
     """Relay frame: a piece of the answer, in order (`seq` counts chunks from 0 within one
     attempt; `attempt` tells a redelivered turn's new answer from the old one)."""
 
@@ -344,7 +344,7 @@ class TokenChunk(Event, tag="token.chunk"):
     attempt: str = ""
 
 
-class TurnStarted(Event, tag="turn.started"):
+class TurnStarted(Event, frozen=True, tag="turn.started"):
     """Relay frame: a worker picked the turn up (the client sees it leave the queue).
     `attempt` is new every time a turn starts generating (short: it rides on every chunk)."""
 
@@ -388,7 +388,7 @@ class ImageGeneration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     screening: Screening | None = None  # the image detector on the result (None: not run)
 
 
-class TurnCompleted(Event, tag="turn.completed"):
+class TurnCompleted(Event, frozen=True, tag="turn.completed"):
     """Terminal event of a turn: relayed to the edge and recorded in Kafka `turns.completed`."""
 
     conversation_id: str
@@ -415,7 +415,7 @@ class TurnCompleted(Event, tag="turn.completed"):
     engine_options: str = ""
 
 
-class TurnTruncated(Event, tag="turn.truncated"):
+class TurnTruncated(Event, frozen=True, tag="turn.truncated"):
     """The user interrupted an answer (Kafka `turns.completed`, keyed by conversation): the
     conversation's history keeps only what was delivered."""
 
@@ -427,7 +427,7 @@ class TurnTruncated(Event, tag="turn.truncated"):
     truncated_at_ms: float = 0.0
 
 
-class SpeechText(Event, tag="speech.text"):
+class SpeechText(Event, frozen=True, tag="speech.text"):
     """A piece of a streaming answer to speak (Kafka `tts.segments`, keyed by turn), cut at
     punctuation every 10-20 characters. `final`: the answer ended; speech ends after it."""
 
@@ -443,7 +443,7 @@ class SpeechText(Event, tag="speech.text"):
     sent_at_ms: float = 0.0
 
 
-class SpeechAudio(Event, tag="speech.audio"):
+class SpeechAudio(Event, frozen=True, tag="speech.audio"):
     """The audio of one piece (Redis relay to the edge): PCM s16 LE mono. `final`: the last
     audio of the answer (it may be empty); `stopped`: speech ended early (cancel, barge-in,
     safety cut, error) and later pieces were dropped."""
@@ -461,7 +461,7 @@ class SpeechAudio(Event, tag="speech.audio"):
     error: ErrorInfo | None = None
 
 
-class ImageProgress(Event, tag="image.progress"):
+class ImageProgress(Event, frozen=True, tag="image.progress"):
     """Relay frame: an image generation ran `step` of `steps` (0: it starts; the size and
     steps it runs with, and a `notice` when the request was clamped). `preview`: a small
     JPEG of the picture so far, estimated from the latents (empty when none)."""
@@ -476,7 +476,7 @@ class ImageProgress(Event, tag="image.progress"):
     sent_at_ms: float = 0.0
 
 
-class ImageGenerated(Event, tag="image.generated"):
+class ImageGenerated(Event, frozen=True, tag="image.generated"):
     """Relay frame: a generated image (PNG bytes; also in the blob store under `sha256`).
     Logged, so a client that resumes the turn gets it again."""
 
@@ -490,7 +490,7 @@ class ImageGenerated(Event, tag="image.generated"):
     format: str = "png"
 
 
-class WorkerMetrics(Event, tag="worker.metrics", kw_only=True):
+class WorkerMetrics(Event, frozen=True, tag="worker.metrics", kw_only=True):
     """An inference worker's state, every TURNSTREAM_METRICS_INTERVAL_MS (Kafka
     `workers.metrics`, keyed by worker): the infrastructure layer of monitoring (ClickHouse
     `worker_metrics`) and the load signal a router can read. Belongs to no turn (`turn_id`
@@ -522,7 +522,7 @@ class WorkerMetrics(Event, tag="worker.metrics", kw_only=True):
     in_flight: int = 0
 
 
-class SafetyVerdict(Event, tag="safety.verdict", kw_only=True):
+class SafetyVerdict(Event, frozen=True, tag="safety.verdict", kw_only=True):
     """What a safety check decided about a turn (Kafka `safety.verdicts`, keyed by
     conversation): joined into the turn's trace and kept in the `events` log. `labels` are
     the categories that matched (e.g. injection, jailbreak, profanity, blacklisted_user),
@@ -545,7 +545,7 @@ class SafetyVerdict(Event, tag="safety.verdict", kw_only=True):
     error: str = ""
 
 
-class OutputWindow(Event, tag="safety.window", kw_only=True):
+class OutputWindow(Event, frozen=True, tag="safety.window", kw_only=True):
     """A window of a streaming answer to classify (Kafka `safety.windows`, keyed by turn):
     about 50 tokens plus the tail of the previous window (`moderation.windows`), so a
     phrase split across two windows is seen whole. The safety worker publishes its
@@ -562,7 +562,7 @@ class OutputWindow(Event, tag="safety.window", kw_only=True):
     sent_at_ms: float
 
 
-class SafetyAlert(Event, tag="safety.alert", kw_only=True):
+class SafetyAlert(Event, frozen=True, tag="safety.alert", kw_only=True):
     """Something a person should look at (Kafka `safety.alerts`), raised by the audit: a
     severe category (`kind` category, e.g. S4) or too large a share of unsafe turns lately
     (`kind` unsafe_rate). `turn_id` is the turn that raised it."""

@@ -90,7 +90,7 @@ def save(path: Path, model: CategoryModel) -> None:
     arrays["header"] = np.array(json.dumps(header, sort_keys=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as out:
-        np.savez_compressed(out, **arrays)
+        np.savez_compressed(out, allow_pickle=False, **arrays)
 
 
 def _pair(data: Any, name: str, spec: dict[str, Any]) -> EncoderHeads:

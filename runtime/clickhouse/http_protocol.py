@@ -327,7 +327,7 @@ def _decompress_one(body: bytes, encoding: str) -> bytes:
 
             return zstd.decompress(body)
         if encoding == "br":
-            import brotli  # type: ignore[import-not-found]
+            import brotli
 
             return brotli.decompress(body)
     except ImportError:

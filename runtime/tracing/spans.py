@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from runtime.tracing.propagation import has_context, with_kafka_headers
 
@@ -160,7 +161,7 @@ def generating(
     provider: str = "vllm",
 ) -> Iterator[Span]:
     """`chat <model>`: one generation (INTERNAL: the engine runs in this process)."""
-    attributes = None
+    attributes: dict[str, AttributeValue] | None = None
     if _active.recording:
         attributes = {
             "gen_ai.operation.name": "chat",

@@ -153,7 +153,7 @@ class AssemblyJob:
             value_type=bytes,
         )
         self._current_turn = ""  # the turn of the record being processed (tracing)
-        app.agent(self.source, name="assemble")(self._consume)
+        app.agent(self.source, name="assemble")(self._consume)  # type: ignore[arg-type]  # faust's stubs want StreamT
 
     @property
     def redis(self) -> Redis:
@@ -385,7 +385,9 @@ class AssemblyJob:
         except (RedisError, TimeoutError) as err:
             log.warning("profile of %s/%s unavailable: %r", tenant_id, user_id, err)
             return ""
-        return raw.decode(errors="replace")[:MAX_PROFILE_CHARS] if raw else ""
+        if isinstance(raw, bytes):
+            raw = raw.decode(errors="replace")
+        return raw[:MAX_PROFILE_CHARS] if raw else ""
 
     async def _retrieve(self, text: str) -> list[Passage]:
         if self.retriever is None or not text.strip():

@@ -342,10 +342,12 @@ class SemanticCache:
         ):
             await self._reload(tenant, state)
             return
-        clear, removed, added = False, set(), {}
+        clear = False
+        removed: set[str] = set()
+        added: dict[str, float] = {}
         for _, fields in changes:
             if fields.get(b"clear"):
-                clear, removed, added = True, set(), {}
+                clear, removed, added = True, set(), {}  # a clear drops what came before
             for entry_id in filter(None, _text(fields.get(b"del")).split(",")):
                 removed.add(entry_id)
                 added.pop(entry_id, None)

@@ -270,7 +270,7 @@ def _rule(spec: Any, where: str, pools: Mapping[str, str], known_pools: set[str]
         raise RouterConfigError(f"{where}: a rule needs a name")
     where = f"{where} ({name})"
     intent = spec.get("intent")
-    if intent not in pools:
+    if not isinstance(intent, str) or intent not in pools:
         raise RouterConfigError(f"{where}: intent {intent!r} is not in intents")
     pool = spec.get("pool", pools[intent])
     if pool not in known_pools:

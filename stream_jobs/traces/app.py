@@ -76,9 +76,9 @@ class TracesJob:
         # the open turns of each partition this process holds (rebuilt when it gets one)
         self.turns: dict[int, OpenTurns] = {}
         self.recent: dict[str, None] = {}
-        app.agent(self.source, name="join")(self._consume)
+        app.agent(self.source, name="join")(self._consume)  # type: ignore[arg-type]  # faust's stubs want StreamT
         app.timer(interval=settings.trace_tick_s)(self._tick)
-        app.on_partitions_revoked.connect(self._on_revoked)
+        app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
 
     async def _tick(self) -> None:
         for partition in range(TRACE_TICKS.partitions):

@@ -61,12 +61,13 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.screening = event.screening or pending.screening
         case _:
             return None
-    if not ready(pending):
+    submitted, completed = pending.submitted, pending.completed
+    if submitted is None or completed is None or not ready(pending):
         return None
     return TraceRecorded(
-        turn_id=pending.submitted.turn_id,
-        submitted=pending.submitted,
-        completed=pending.completed,
+        turn_id=submitted.turn_id,
+        submitted=submitted,
+        completed=completed,
         preprocess_ms=pending.preprocess_ms,
         context=pending.context,
         screening=pending.screening,

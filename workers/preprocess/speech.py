@@ -35,11 +35,12 @@ class SpeechPipeline:
         self.asr.load()
 
     def recognize(self, data: bytes, ref: MediaRef) -> HeardSpeech:
-        limits = {"max_seconds": self.max_seconds, "max_bytes": self.max_bytes}
         if ref.format == "pcm16":
-            audio = decode_pcm16(data, ref.sample_rate, **limits)
+            audio = decode_pcm16(
+                data, ref.sample_rate, max_seconds=self.max_seconds, max_bytes=self.max_bytes
+            )
         else:
-            audio = decode_audio(data, **limits)
+            audio = decode_audio(data, max_seconds=self.max_seconds, max_bytes=self.max_bytes)
         segments = require_speech(self.vad.speech_segments(audio))
         transcript = self.asr.transcribe(audio, segments)
         if not transcript.text.strip():

@@ -194,7 +194,7 @@ class SileroVad:
         with self._lock:
             self._model.reset()
             for i in range(n_frames):
-                out[i] = self._model.process(window.from_buffer(buf, i * stride))
+                out[i] = self._model.process(window.from_buffer(buf, i * stride))  # type: ignore[arg-type]  # numpy arrays are buffers; the stubs do not say so
         return out
 
     def speech_segments(self, audio: np.ndarray) -> list[SpeechSegment]:

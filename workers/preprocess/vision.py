@@ -15,6 +15,7 @@ the detector failed) is not reused while the screen is on.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -107,7 +108,8 @@ class VisionPipeline:
         meta = msgspec.json.encode(prepared)
         for name, blob in ((key, tensor), (key + ":meta", meta)):  # meta last: it marks done
             await retry_transient(
-                "storing the tensor", lambda n=name, b=blob: self.blobs.put(n, b, ttl_s=self.ttl_s)
+                "storing the tensor",
+                functools.partial(self.blobs.put, name, blob, ttl_s=self.ttl_s),
             )
         return prepared
 

@@ -81,7 +81,7 @@ class TtsService:
             reason = self.sequencer.cancelled(event.turn_id)
             self._send(self.sequencer.done(event, self._stopped(event, reason)))
             return
-        audio = await self._speak(event)
+        audio: SpeechAudio | None = await self._speak(event)
         if self.sequencer.cancelled(event.turn_id):
             audio = None  # cancelled while it was synthesized: its stop frame went already
         self._send(self.sequencer.done(event, audio))

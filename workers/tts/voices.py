@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from workers.tts.errors import SynthesisFailed, TextTooLong, UnknownVoice
 
@@ -136,7 +136,7 @@ class PiperSpeaker:
         self.config_path = Path(config_path) if config_path else Path(f"{self.model_path}.json")
         self.sample_rate = _piper_sample_rate(self.config_path)
         # length_scale < 1 speaks faster; None keeps the voice's own defaults.
-        self._synthesis_options = {
+        self._synthesis_options: dict[str, Any] = {
             "length_scale": length_scale,
             "noise_scale": noise_scale,
             "noise_w_scale": noise_w_scale,
