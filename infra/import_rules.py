@@ -8,8 +8,9 @@ Floors, from the ground up:
   checks); they import the contract and the libraries below them, never a role;
 - the roles, side by side: `ws_edge`, each `workers.<role>`, each `stream_jobs.<job>`, each
   `producers.<producer>`. A role imports the floors below, its own package and its family's
-  shared modules (`workers.runtime` for the workers, `stream_jobs.faust_app`/`.metrics` for the
-  faust jobs, `producers.turn_publisher` for the edge and the producers), never another role;
+  shared modules (`workers.runtime` for the workers, `stream_jobs.faust_app`/`.metrics`/`.errors`
+  for the faust jobs, `producers.turn_publisher`/`.errors` for the edge and the producers),
+  never another role;
 - the tools: `infra`, `harness`, `bench`, `tests`. `harness` (what tests and benchmarks share)
   never imports `bench` or `tests`; `bench` never imports `tests`; `infra` neither.
 
@@ -64,11 +65,14 @@ IO_STDLIB = frozenset(
 LIBRARIES = ("runtime", "moderation")  # in floor order: a library imports those before it
 FAMILY_SHARED = {
     "workers.runtime": "workers",
+    "stream_jobs.errors": "stream_jobs",
     "stream_jobs.faust_app": "stream_jobs",
     "stream_jobs.metrics": "stream_jobs",
+    "producers.errors": "producers",
     "producers.turn_publisher": "producers",
 }
-SHARED_WITH = {"producers.turn_publisher": ("ws_edge",)}  # the edge's publisher (DESIGN §2)
+# the edge's publisher (DESIGN §2) and the error it raises
+SHARED_WITH = {"producers.turn_publisher": ("ws_edge",), "producers.errors": ("ws_edge",)}
 TOOLS = ("infra", "harness", "bench", "tests")
 TOOLS_MAY_NOT = {"harness": ("bench", "tests"), "bench": ("tests",), "infra": ("bench", "tests")}
 

@@ -16,6 +16,7 @@ import logging
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from producers.errors import ProducerError
 from runtime.tracing.spans import producing
 from schemas.codec import encode
 from schemas.events import FeedbackGiven, TurnSubmitted, TurnTruncated
@@ -23,7 +24,7 @@ from schemas.events import FeedbackGiven, TurnSubmitted, TurnTruncated
 log = logging.getLogger("turnstream.publisher")
 
 
-class PublishFailed(RuntimeError):
+class PublishFailed(ProducerError, RuntimeError):
     """Kafka did not take the turn (not connected, or no ack within the timeout)."""
 
 

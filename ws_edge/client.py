@@ -19,6 +19,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from schemas.events import FeedbackKind
 from schemas.turn_log import START, LogPosition
+from ws_edge.errors import EdgeError
 from ws_edge.messages import (
     AnyServerEvent,
     AppendAudio,
@@ -83,9 +84,12 @@ class ImageAnswer:
         return b64decode(self.images[index].data)
 
 
-class TurnRejected(RuntimeError):
+class TurnRejected(EdgeError, RuntimeError):
+    """The edge refused a turn; `code` is the code it sent."""
+
     def __init__(self, error: ErrorEvent, client_turn_id: str | None = None) -> None:
-        super().__init__(f"{error.code}: {error.message}")
+        super().__init__(f"{error.code}: {error.message}", code=error.code)
+        self.retryable = bool(getattr(error, "retryable", False))
         self.error = error
         self.client_turn_id = client_turn_id  # reuse it to retry the same turn
 

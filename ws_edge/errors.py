@@ -1,4 +1,5 @@
-"""Errors of the edge. Each carries the stable `code` the client sees in its `error` event.
+"""Errors of the edge (under `schemas.errors.TurnstreamError`). Each carries the stable `code`
+the client sees in its `error` event.
 
 EdgeError
 ├── ProtocolError           the client sent something the protocol does not accept
@@ -28,8 +29,10 @@ EdgeError
 
 from __future__ import annotations
 
+from schemas.errors import TurnstreamError
 
-class EdgeError(Exception):
+
+class EdgeError(TurnstreamError):
     code = "internal_error"
     retryable = False
     client_turn_id: str | None = None  # set when the error answers a `turn.create`

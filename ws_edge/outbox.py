@@ -19,11 +19,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
+from ws_edge.errors import EdgeError
 from ws_edge.messages import ResponseDelta, encode_server
 
 
-class OutboxOverflow(RuntimeError):
-    pass
+class OutboxOverflow(EdgeError, RuntimeError):
+    """More frames wait for a slow client than its outbox may hold."""
+
+    code = "slow_consumer"
 
 
 class Outbox:

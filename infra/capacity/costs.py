@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infra.errors import InfraError
+
 # bench.cost's process names → the planner's roles
 PROCESS_ROLES: Mapping[str, str] = {
     "edge": "edge",
@@ -45,7 +47,7 @@ PROCESS_ROLES: Mapping[str, str] = {
 OPTIONAL_PROCESSES = frozenset({"audit worker"})
 
 
-class CostFileError(ValueError):
+class CostFileError(InfraError, ValueError):
     """A cost-benchmark results file the planner cannot read."""
 
 

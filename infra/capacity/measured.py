@@ -38,11 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from infra.capacity.model import Hardware, PoolHardware
+from infra.errors import InfraError
 
 DEFAULT_DATABASE = "turnstream"  # runtime.clickhouse.client's; not imported (no driver needed)
 
 
-class MeasurementError(ValueError):
+class MeasurementError(InfraError, ValueError):
     """A results file or a set of rows the planner cannot read."""
 
 

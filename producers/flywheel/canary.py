@@ -26,6 +26,7 @@ from pathlib import Path
 import msgspec
 from redis.exceptions import RedisError
 
+from producers.errors import ProducerError
 from runtime.clickhouse.client import analyst_client
 from runtime.clickhouse.sql import clickhouse_message, render_table
 from runtime.redis import redis_client
@@ -55,7 +56,7 @@ GROUP BY arm ORDER BY arm
 """
 
 
-class CanaryError(RuntimeError):
+class CanaryError(ProducerError, RuntimeError):
     pass
 
 

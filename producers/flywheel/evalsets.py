@@ -60,6 +60,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 from redis.exceptions import RedisError
 
+from producers.errors import ProducerError
 from producers.flywheel.inputs import (
     REDTEAM_SOURCE,
     EvalSetError,
@@ -107,7 +108,7 @@ RECORDED_KINDS = {SetKind.GOLDEN, SetKind.FIX, SetKind.REDTEAM, SetKind.MULTIMOD
 BLOB_FETCHES = 16  # blob gets in flight at once
 
 
-class ServiceUnavailable(Exception):
+class ServiceUnavailable(ProducerError):
     """ClickHouse or the blob store did not answer (or refused the query)."""
 
 

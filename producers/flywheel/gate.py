@@ -40,6 +40,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from producers.errors import ProducerError
 from producers.flywheel.scoring import (
     Embedder,
     Grade,
@@ -62,7 +63,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 EPS = 1e-12
 
 
-class GateInputError(Exception):
+class GateInputError(ProducerError):
     """Input the gate cannot judge (exit 2); the message says which file and why."""
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from producers.errors import ProducerError
 from schemas.events import DecodingParams, MediaRef, TurnSubmitted
 from schemas.flywheel import Candidate, EvalItem, MediaItem
 
@@ -23,7 +24,7 @@ EVAL_TENANT = "eval"
 EVAL_USER = "replay"
 
 
-class PlanError(ValueError):
+class PlanError(ProducerError, ValueError):
     """A source that cannot be replayed as given (the message says what and where)."""
 
 

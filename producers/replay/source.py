@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from producers.errors import ProducerError
 from runtime.kafka_ranges import stop_consumer
 from schemas.codec import decode
 from schemas.errors import DecodeError
@@ -20,7 +21,7 @@ from schemas.events import TurnSubmitted
 from schemas.flywheel import EvalItem, EvalSetManifest, read_jsonl
 
 
-class SourceError(RuntimeError):
+class SourceError(ProducerError, RuntimeError):
     """The source cannot be read as asked (a missing set, a tampered file, no such topic)."""
 
 

@@ -15,6 +15,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from runtime.errors import PlumbingError
+
 DEFAULT_FORMAT = "TabSeparated"  # ClickHouse's default output format over HTTP
 
 # URL parameters the HTTP layer consumes (or that only make sense for a server's HTTP
@@ -83,12 +85,14 @@ _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 _SPACE = b" \t\r\n\f\v"
 
 
-class RequestError(Exception):
-    """A request refused before it reaches the engine, with its ClickHouse error code."""
+class RequestError(PlumbingError):
+    """A request refused before it reaches the engine, with its ClickHouse error number."""
 
-    def __init__(self, code: int, message: str) -> None:
+    code = "clickhouse_request_refused"
+
+    def __init__(self, number: int, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.number = number
         self.message = message
 
 

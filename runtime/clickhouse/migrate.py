@@ -18,13 +18,14 @@ from pathlib import Path
 from clickhouse_connect.driver.client import Client
 
 from runtime.clickhouse.client import DEFAULT_DATABASE, connect
+from runtime.errors import PlumbingError
 from runtime.settings import Settings
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
-class MigrationError(RuntimeError):
+class MigrationError(PlumbingError, RuntimeError):
     pass
 
 

@@ -29,12 +29,13 @@ from stream_jobs.assembly.semantic_router import (
     SemanticRouter,
     minilm_embedder,
 )
+from stream_jobs.errors import StreamJobError
 
 SETS_DIR = Path(__file__).resolve().parent / "router_sets"
 SPLITS = ("train", "test")
 
 
-class RouterSetError(ValueError):
+class RouterSetError(StreamJobError, ValueError):
     """A labelled set that cannot be read; the message names the file and line."""
 
 

@@ -42,13 +42,14 @@ from redis.exceptions import RedisError
 from stream_jobs.assembly.cache_rules import normalise_query, query_digest
 from stream_jobs.assembly.cache_scripts import HIT_SCRIPT, REMOVE_SCRIPT, STORE_SCRIPT
 from stream_jobs.assembly.cache_vectors import DIM, VectorRows, best_matches, unit
+from stream_jobs.errors import StreamJobError
 
 DEFAULT_THRESHOLD = 0.96
 DEFAULT_TTL_S = 24 * 3600
 DEFAULT_MAX_ENTRIES = 10_000
 
 
-class CacheError(Exception):
+class CacheError(StreamJobError):
     """Redis failed; the caller treats the turn as a miss (or skips the store)."""
 
 

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stream_jobs.errors import StreamJobError
+
 if TYPE_CHECKING:
     from stream_jobs.assembly.retrieval import EmbeddingRetriever
 
@@ -39,7 +41,7 @@ Embed = Callable[[list[str]], np.ndarray]
 """Texts → one L2-normalised row per text."""
 
 
-class RouterConfigError(ValueError):
+class RouterConfigError(StreamJobError, ValueError):
     """A rules file that cannot be read or does not make sense; the message names where."""
 
 

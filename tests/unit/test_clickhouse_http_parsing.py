@@ -59,16 +59,16 @@ def test_url_parameters_become_settings_binds_database_format_and_id():
 def test_a_setting_name_that_is_not_an_identifier_is_refused():
     with pytest.raises(RequestError) as refused:
         split_params({"max_threads = 1; DROP": "x"})
-    assert refused.value.code == 115
+    assert refused.value.number == 115
 
 
 def test_empty_or_undecodable_queries_are_refused_with_codes():
     with pytest.raises(RequestError) as empty:
         parse_request("POST", [], b" \n ", "q")
-    assert empty.value.code == 62
+    assert empty.value.number == 62
     with pytest.raises(RequestError) as binary:
         parse_request("POST", [], b"SELECT '\xff'", "q")
-    assert binary.value.code == 36
+    assert binary.value.number == 36
 
 
 def test_insert_data_starts_after_the_format_name_and_one_line_break():
@@ -150,7 +150,7 @@ def test_bodies_are_decompressed_as_clickhouse_connect_sends_them():
 def test_bad_or_unknown_encodings_are_client_errors(body, encoding):
     with pytest.raises(RequestError) as refused:
         decompress_body(body, encoding)
-    assert refused.value.code == 36 and http_status(refused.value.code) == 400
+    assert refused.value.number == 36 and http_status(refused.value.number) == 400
 
 
 def test_engine_errors_keep_their_code_message_and_status():

@@ -9,8 +9,10 @@ ImageGenError           root of the tree                                 imagege
 
 from __future__ import annotations
 
+from schemas.errors import TurnstreamError
 
-class ImageGenError(Exception):
+
+class ImageGenError(TurnstreamError):
     code = "imagegen_error"
     retryable = False
 

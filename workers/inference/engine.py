@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message
 from workers.inference.engine_profile import EngineProfile
 from workers.inference.engine_stats import EngineSnapshot
+from workers.inference.errors import InferenceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class GenerationDelta:
     finish_reason: FinishReason | None = None
 
 
-class EngineError(RuntimeError):
+class EngineError(InferenceError, RuntimeError):
     """The engine failed a request (bad prompt, overload, crash). `retryable` advises callers."""
 
     code = "engine_error"

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.inference.errors import InferenceError
+
 DEVICES = ("auto", "cpu", "cuda")
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
 _DTYPES |= {"float16": "float16", "fp16": "float16", "half": "float16"}
@@ -30,7 +32,7 @@ _DTYPES |= {"float16": "float16", "fp16": "float16", "half": "float16"}
 _SAMPLING_DEFAULTS = {"temperature": 0.7, "top_k": 50, "top_p": 0.9}
 
 
-class BatchingConfigError(ValueError):
+class BatchingConfigError(InferenceError, ValueError):
     """The options cannot make a working manager (device, dtype, a KV cache too small)."""
 
 

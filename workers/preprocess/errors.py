@@ -20,8 +20,10 @@ PreprocessError
 
 from __future__ import annotations
 
+from schemas.errors import TurnstreamError
 
-class PreprocessError(Exception):
+
+class PreprocessError(TurnstreamError):
     code = "preprocess_failed"
     retryable = False
 

@@ -33,6 +33,7 @@ from schemas.channels import RedisNames
 from schemas.codec import encode
 from schemas.events import Event
 from schemas.turn_log import FINAL, NOT_LOGGED, log_kind
+from workers.runtime.errors import WorkerError
 
 log = logging.getLogger("turnstream.relay")
 
@@ -121,12 +122,17 @@ class LogLimits:
     ttl_refresh_s: float = 5.0
 
 
-class RelayOverflow(RuntimeError):
+class RelayOverflow(WorkerError, RuntimeError):
     """More frames are queued than the relay may hold (Redis down for too long)."""
 
+    code = "relay_overflow"
+    retryable = True
 
-class RelayFailed(RuntimeError):
+
+class RelayFailed(WorkerError, RuntimeError):
     """Redis refused a batch for good (not an outage)."""
+
+    code = "relay_failed"
 
 
 class RelayPublisher:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from schemas.events import FeedbackGiven, TraceRecorded, TurnCompleted, WorkerMetrics
 from schemas.traces import Prices, build_trace
+from workers.sink.errors import SinkError
 
 TURN_COLUMNS = (
     "turn_id",
@@ -34,7 +35,7 @@ EARLIEST_MS = datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000
 FUTURE_SLACK_MS = 24 * 3600 * 1000
 
 
-class RowRejected(ValueError):
+class RowRejected(SinkError, ValueError):
     code = "invalid_row"
 
 

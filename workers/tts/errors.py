@@ -9,8 +9,10 @@ SpeechError                   root of the tree                              tts_
 
 from __future__ import annotations
 
+from schemas.errors import TurnstreamError
 
-class SpeechError(Exception):
+
+class SpeechError(TurnstreamError):
     code = "tts_error"
     retryable = False
 

@@ -21,14 +21,17 @@ from typing import Any
 import chdb
 
 from runtime.clickhouse.http_protocol import HttpQuery, error_code, set_statement
+from workers.sink.errors import SinkError
 
 
-class EngineError(Exception):
-    """The engine refused or failed the statement: its ClickHouse code and message."""
+class EngineError(SinkError):
+    """The engine refused or failed the statement: its ClickHouse error number and message."""
 
-    def __init__(self, code: int, message: str) -> None:
+    code = "clickhouse_engine_error"
+
+    def __init__(self, number: int, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.number = number
         self.message = message
 
 

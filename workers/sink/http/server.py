@@ -117,7 +117,7 @@ async def _query(request: web.Request) -> web.Response:
         loop = asyncio.get_running_loop()
         outcome = await loop.run_in_executor(request.app[EXECUTOR], engine.run, parsed)
     except (RequestError, EngineError) as err:
-        return _error(err.code, err.message, headers)
+        return _error(err.number, err.message, headers)
     except Exception as err:  # ours, not the engine's: still a ClickHouse-shaped answer
         log.exception("clickhouse http request failed")
         return _error(STD_EXCEPTION, f"{type(err).__name__}: {err}", headers)

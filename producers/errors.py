@@ -1,0 +1,10 @@
+"""The producers' error root: Kafka not taking a turn, a replay plan or source that cannot
+be used, the flywheel's inputs, gate and canary failing."""
+
+from __future__ import annotations
+
+from schemas.errors import TurnstreamError
+
+
+class ProducerError(TurnstreamError):
+    code = "producer_error"

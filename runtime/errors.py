@@ -1,0 +1,11 @@
+"""The runtime's error root: failures of process plumbing (starting a child process,
+converting the bundled model, migrating ClickHouse, a request the local ClickHouse interface
+refuses)."""
+
+from __future__ import annotations
+
+from schemas.errors import TurnstreamError
+
+
+class PlumbingError(TurnstreamError):
+    code = "runtime_error"
