@@ -1,10 +1,15 @@
 """A worker dies mid-answer: Kafka hands its turn to another worker, the client is told to
 start over, and the turn still ends with one complete answer. Rebalances that are not
-crashes finish in-flight turns first, so nothing is answered twice."""
+crashes finish in-flight turns first, so nothing is answered twice.
+
+The first test is the crash as production has it: two worker processes behind the default
+router, and the one answering is killed with SIGKILL (no drain, no goodbye to the group)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import uuid
 
 import pytest
@@ -13,7 +18,11 @@ from aiokafka.partitioner import DefaultPartitioner
 from harness.kafka import completions_of
 from harness.stack import Pipeline, running_assembly
 from runtime.kafka_topics import ensure_topics
-from runtime.settings import Settings
+from runtime.processes import Child
+from runtime.redis import redis_client
+from runtime.settings import Settings, settings_env
+from runtime.state_board import read_states
+from schemas.channels import RedisNames
 from schemas.topics import POOL_PARTITIONS
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.fake_engine import FakeEngine
@@ -24,6 +33,78 @@ from ws_edge.messages import ResponseDelta, ResponseDone, ResponseRestarted, Res
 from ws_edge.server import EdgeServer
 
 pytestmark = pytest.mark.integration
+
+
+async def answering_worker(settings: Settings, children: dict[str, Child]) -> str:
+    """The worker holding a turn now, read from the pool's state board (its `in_flight`)."""
+    redis = redis_client(settings.redis_url)
+    key = RedisNames.for_namespace(settings.namespace).worker_states_key(settings.pool)
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                busy = [s.worker_id for s in await read_states(redis, key) if s.in_flight]
+                if len(busy) == 1 and busy[0] in children:
+                    return busy[0]
+                await asyncio.sleep(0.05)
+    finally:
+        await redis.aclose()
+
+
+@pytest.mark.timeout(180)
+async def test_a_turn_survives_its_worker_killed_with_sigkill(
+    services, session_namespace, tmp_path
+):
+    settings = Settings.from_env(namespace=f"{session_namespace}-kill9", edge_port=0)
+    assert settings.routing_strategy not in ("key_hash", "")  # the default router decides
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    env = {
+        **os.environ,
+        **settings_env(settings),
+        "PYTHONUNBUFFERED": "1",
+        "TURNSTREAM_ENGINE": "fake",
+        "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS": "40",
+    }
+    children = {
+        name: Child(
+            name,
+            "workers.inference",
+            tmp_path / f"{name}.log",
+            {**env, "TURNSTREAM_WORKER_ID": name},
+        )
+        for name in ("worker-a", "worker-b")
+    }
+    try:
+        for child in children.values():
+            child.wait_ready(timeout_s=120)
+        async with running_assembly(settings), run_preprocessor(settings):
+            edge = EdgeServer(settings)
+            await edge.start()
+            try:
+                token = mint_token(settings.auth_secret, "alice", "acme")
+                url = f"ws://127.0.0.1:{edge.port}/"
+                async with EdgeClient.connect(url, token) as client:
+                    turn_id = await client.start_turn("c-kill9", "tell me a long story " * 8)
+                    events, killed = [], ""
+                    async for event in client.events(turn_id):
+                        events.append(event)
+                        if isinstance(event, ResponseDelta) and event.seq >= 2 and not killed:
+                            killed = await answering_worker(settings, children)
+                            os.kill(children[killed].process.pid, signal.SIGKILL)
+            finally:
+                await edge.stop()
+    finally:
+        for child in children.values():
+            child.stop()
+    assert killed and children[killed].process.returncode == -signal.SIGKILL
+    kinds = [type(e) for e in events]
+    assert ResponseRestarted in kinds  # the client was told to start over
+    restart = kinds.index(ResponseRestarted)
+    assert kinds[restart + 1] is ResponseStarted
+    done = events[-1]
+    assert isinstance(done, ResponseDone) and done.finish_reason == "stop"
+    after = "".join(e.text for e in events[restart:] if isinstance(e, ResponseDelta))
+    assert after == done.text and done.text.startswith("You said: tell me a long story")
+    assert await completions_of(settings, turn_id) == 1  # answered once, by the survivor
 
 
 def conversation_owned_by(worker: RunningWorker) -> str:
