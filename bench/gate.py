@@ -23,16 +23,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from producers.flywheel.gate import (
-    GateConfig,
-    check_inputs,
-    compare,
-    load_run,
-    load_set,
-    rollup,
-    score_runs,
-)
-from producers.flywheel.scoring import Embedder, normalise
+from flywheel.gate import GateConfig, check_inputs, compare, load_run, load_set, rollup, score_runs
+from flywheel.scoring import Embedder, normalise
 from schemas.flywheel import (
     Candidate,
     EvalItem,
@@ -171,7 +163,7 @@ def main() -> None:
         paths = write_inputs(Path(tmp), args.items)
         fake = gate_once(paths, HashedBagOfWords(), config)
         load_start = time.perf_counter()
-        from producers.flywheel.embedder import MiniLMEmbedder
+        from flywheel.embedder import MiniLMEmbedder
 
         minilm = MiniLMEmbedder()
         load = time.perf_counter() - load_start

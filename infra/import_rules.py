@@ -7,10 +7,11 @@ Floors, from the ground up:
 - the libraries: `runtime/` (process plumbing for every role) and `moderation/` (the safety
   checks); they import the contract and the libraries below them, never a role;
 - the roles, side by side: `ws_edge`, each `workers.<role>`, each `stream_jobs.<job>`, each
-  `producers.<producer>`. A role imports the floors below, its own package and its family's
-  shared modules (`workers.runtime` for the workers, `stream_jobs.faust_app`/`.metrics`/`.errors`
-  for the faust jobs, `producers.turn_publisher`/`.errors` for the edge and the producers),
-  never another role;
+  `producers.<producer>`, and the `flywheel` (evaluation sets, the quality gate, canaries).
+  A role imports the floors below, its own package and its family's shared modules
+  (`workers.runtime` for the workers, `stream_jobs.faust_app`/`.metrics`/`.errors` for the
+  faust jobs, `producers.turn_publisher`/`.errors` for the edge and the producers), never
+  another role;
 - the tools: `infra`, `harness`, `bench`, `tests`. `harness` (what tests and benchmarks share)
   never imports `bench` or `tests`; `bench` never imports `tests`; `infra` neither.
 
@@ -36,6 +37,7 @@ PACKAGES = (
     "workers",
     "stream_jobs",
     "producers",
+    "flywheel",
     "infra",
     "harness",
     "bench",

@@ -1,5 +1,5 @@
 """The producers' error root: Kafka not taking a turn, a replay plan or source that cannot
-be used, the flywheel's inputs, gate and canary failing."""
+be used."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A canary in live traffic: which arm a turn is in, and what the candidate's arm changes.
 
 One experiment at a time, stored in Redis (`RedisNames.canary_key`) so every edge sees the
-same one; `python -m producers.flywheel.canary start|promote|rollback` writes it. The arm is
+same one; `python -m flywheel.canary start|promote|rollback` writes it. The arm is
 drawn per conversation (a stable hash), so a conversation's history comes from one
 configuration; `tenants` limits the experiment to some tenants. The candidate's arm gets its
 decoding, pool and system prompt on the turn itself (`TurnSubmitted.persona`), so the turn

@@ -9,7 +9,8 @@ TurnstreamError            a stable `code` (what the client, the trace or the de
     └── SettingsError          an environment variable holds a value of the wrong kind
 
 Each package has one root under TurnstreamError (`EdgeError`, `PreprocessError`,
-`InferenceError`, `SafetyError`, `PlumbingError`, `StreamJobError`, `ProducerError`, …), so
+`InferenceError`, `SafetyError`, `PlumbingError`, `StreamJobError`, `ProducerError`,
+`FlywheelError`, …), so
 a caller can catch one package's errors, or all of turnstream's, by class.
 """
 

@@ -2,14 +2,14 @@
 
 Three tools meet through these shapes, so each can be built, tested and rerun on its own:
 
-- the eval set builder (`producers/flywheel/evalsets.py`) writes a versioned set:
+- the eval set builder (`flywheel/evalsets.py`) writes a versioned set:
   `<root>/<name>/<version>/manifest.json` (`EvalSetManifest`) + `items.jsonl` (`EvalItem`s)
   + `media/` (the items' images and audio, copied in so the set is reproducible);
 - a replay (`producers/replay/`) plays a set's items (or a slice of recorded turns) into an
   isolated namespace against a candidate configuration and writes
   `<runs>/<run_id>/run.json` (`RunManifest`) + `results.jsonl` (`TurnResult`s), while every
   replayed trace lands in ClickHouse tagged with the run id;
-- scoring and the quality gate (`producers/flywheel/gate.py`) read two runs' results (a
+- scoring and the quality gate (`flywheel/gate.py`) read two runs' results (a
   baseline and a candidate), score each turn against its item, and decide.
 
 Files are JSON Lines encoded by msgspec: strict on read (unknown fields are errors), so a

@@ -10,11 +10,11 @@ import textwrap
 
 import pytest
 
+from flywheel import canary
 from harness.chdb import check_in_fresh_engine
 from harness.factories import new_conversation_id as conv
 from harness.kafka import records_so_far
 from harness.polling import eventually
-from producers.flywheel import canary
 from schemas.codec import decode
 from schemas.events import TurnAssembled
 from schemas.topics import TURNS_ASSEMBLED
@@ -81,7 +81,7 @@ COMPARE = textwrap.dedent("""
     import time
     from runtime.clickhouse.client import connect
     from runtime.clickhouse.migrate import migrate
-    from producers.flywheel.canary import compare
+    from flywheel.canary import compare
     from schemas.events import FeedbackGiven, FeedbackKind, ErrorInfo, Timings
     from runtime.settings import Settings
     from schemas.traces import TRACE_COLUMNS, build_trace

@@ -47,7 +47,7 @@ SCRIPT = textwrap.dedent("""
     from runtime.clickhouse.client import analyst_client, connect
     from workers.sink.http.server import serve_http
     from runtime.clickhouse.migrate import migrate
-    from producers.flywheel.evalsets import main
+    from flywheel.evalsets import main
     from schemas.events import (ErrorInfo, FinishReason, MediaKind, MediaRef, SafetyAction,
                                 Screening)
     from runtime.settings import Settings
@@ -273,7 +273,7 @@ def test_clickhouse_unreachable_exits_2(tmp_path):
         "TURNSTREAM_CLICKHOUSE_URL": "http://127.0.0.1:9/turnstream",  # discard: nobody there
         "PATH": "/usr/bin:/bin",
     }
-    command = [sys.executable, "-m", "producers.flywheel.evalsets", "build", "--kind", "fix"]
+    command = [sys.executable, "-m", "flywheel.evalsets", "build", "--kind", "fix"]
     result = subprocess.run(
         [*command, "--out", str(tmp_path / "sets")],
         cwd=REPO,

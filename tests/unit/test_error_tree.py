@@ -21,6 +21,7 @@ SERVICE_PACKAGES = (
     "workers",
     "stream_jobs",
     "producers",
+    "flywheel",
     "infra",
 )
 BUILTIN_ERRORS = {
@@ -42,6 +43,7 @@ ROOTS = {
     "workers.sink.errors.SinkError",
     "stream_jobs.errors.StreamJobError",
     "producers.errors.ProducerError",
+    "flywheel.errors.FlywheelError",
     "infra.errors.InfraError",
 }
 

@@ -16,18 +16,17 @@ from zoneinfo import ZoneInfo
 import msgspec
 import pytest
 
-from harness.factories import submitted
-from producers.flywheel import evalsets
-from producers.flywheel.evalsets import Options, build, main
-from producers.flywheel.inputs import (
+from flywheel import evalsets
+from flywheel.evalsets import Options, build, main
+from flywheel.inputs import (
     EvalSetError,
     bundled_redteam,
     golden_items,
     redteam_items,
     regression_items,
 )
-from producers.flywheel.media import extension, media_file, wav_from_pcm16
-from producers.flywheel.selection import (
+from flywheel.media import extension, media_file, wav_from_pcm16
+from flywheel.selection import (
     COLUMNS,
     Assessment,
     Draft,
@@ -43,6 +42,7 @@ from producers.flywheel.selection import (
     selection_sql,
     version_name,
 )
+from harness.factories import submitted
 from runtime.settings import Settings
 from schemas.codec import encode
 from schemas.events import MediaKind, MediaRef, Truncation

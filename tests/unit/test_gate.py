@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producers.flywheel.gate import (
+from flywheel.gate import (
     FAIL,
     INFO,
     METRIC_BY_NAME,
@@ -37,7 +37,7 @@ from producers.flywheel.gate import (
     parse_config,
     rollup,
 )
-from producers.flywheel.scoring import TurnScore
+from flywheel.scoring import TurnScore
 from schemas.flywheel import (
     Candidate,
     EvalItem,

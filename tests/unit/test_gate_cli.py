@@ -13,8 +13,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from producers.flywheel.gate import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_PASS, main
-from producers.flywheel.scoring import Grade
+from flywheel.gate import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_PASS, main
+from flywheel.scoring import Grade
 from schemas.flywheel import (
     Candidate,
     EvalItem,
@@ -280,7 +280,7 @@ def test_the_module_runs_as_a_script(layout):
     args = ["--baseline", str(layout["base"]), "--set", str(layout["set"]), "--embedder", "none"]
 
     def run(*more: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "producers.flywheel.gate", *args, *more]
+        command = [sys.executable, "-m", "flywheel.gate", *args, *more]
         return subprocess.run(
             command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False
         )

@@ -24,7 +24,7 @@ def test_no_module_imports_itself_back():
     [
         ("workers.inference.service", "workers.safety.service"),  # role -> role
         ("workers.imagegen.presence", "workers.inference.state_board"),
-        ("producers.flywheel.embedder", "stream_jobs.assembly.retrieval"),
+        ("flywheel.embedder", "stream_jobs.assembly.retrieval"),
         ("workers.safety.app", "ws_edge.client"),
         ("stream_jobs.traces.rebuild", "workers.runtime.kafka"),  # another family's runtime
         ("ws_edge.server", "infra.stack"),  # a role -> a tool

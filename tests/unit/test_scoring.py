@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from producers.flywheel.scoring import (
+from flywheel.scoring import (
     REFUSAL_WINDOW,
     Grade,
     exact_match,

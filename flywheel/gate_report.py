@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from producers.flywheel.gate import FAIL, WARN, GateOutcome, ItemScore, Row, fmt_delta, fmt_value
+from flywheel.gate import FAIL, WARN, GateOutcome, ItemScore, Row, fmt_delta, fmt_value
 from schemas.stats import percentile
 
 BASE_COLOUR, CAND_COLOUR = "#4c72b0", "#dd8452"

@@ -11,7 +11,7 @@ coverage) fail on the threshold alone, since one more answered attack is one too
 floor (`min`/`max`) is always absolute. With fewer than `min_pairs` pairs there is no p-value
 and a soft rule can only warn.
 
-    python -m producers.flywheel.gate --baseline runs/<id> --candidate runs/<id> \\
+    python -m flywheel.gate --baseline runs/<id> --candidate runs/<id> \\
         --set evalsets/<name>/<version> [--gate gate.toml] [--rule e2e_p99.max_increase_pct=30] \\
         [--report report/] [--embedder minilm|none] [--judge pkg.module:factory]
 
@@ -40,15 +40,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from producers.errors import ProducerError
-from producers.flywheel.scoring import (
-    Embedder,
-    Grade,
-    Judge,
-    TurnScore,
-    grade_all,
-    score_turns,
-)
+from flywheel.errors import FlywheelError
+from flywheel.scoring import Embedder, Grade, Judge, TurnScore, grade_all, score_turns
 from schemas.flywheel import (
     EvalItem,
     EvalSetManifest,
@@ -63,7 +56,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 EPS = 1e-12
 
 
-class GateInputError(ProducerError):
+class GateInputError(FlywheelError):
     """Input the gate cannot judge (exit 2); the message says which file and why."""
 
 
@@ -818,7 +811,7 @@ def load_judge(spec: str) -> Judge:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m producers.flywheel.gate",
+        prog="python -m flywheel.gate",
         description="Compare a candidate run to a baseline run of the same eval set; "
         "exit 0 pass, 1 the candidate is worse, 2 bad input.",
     )
@@ -886,7 +879,7 @@ def main(
     )
     if args.embedder == "minilm" and wants_similarity:  # loading MiniLM takes seconds
         if embedder_factory is None:
-            from producers.flywheel.embedder import MiniLMEmbedder
+            from flywheel.embedder import MiniLMEmbedder
 
             embedder_factory = MiniLMEmbedder
         embedder = embedder_factory()
@@ -903,7 +896,7 @@ def main(
         return EXIT_BAD_INPUT
     print(format_table(outcome))
     if args.report is not None:
-        from producers.flywheel.gate_report import write_report
+        from flywheel.gate_report import write_report
 
         written = write_report(outcome, args.report)
         print(f"report: {written}")

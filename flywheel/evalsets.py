@@ -1,7 +1,7 @@
 """The eval set builder of the data flywheel: recorded turns and curated files → a versioned,
 reproducible eval set (`schemas/flywheel.py` has the file formats).
 
-    python -m producers.flywheel.evalsets build --kind fix --since 7d --out evalsets/ \\
+    python -m flywheel.evalsets build --kind fix --since 7d --out evalsets/ \\
         [--name NAME] [--limit N] [--tenant T] [--until WHEN] [--version V] [--max-turns 20]
 
 writes `<out>/<name>/<version>/manifest.json` + `items.jsonl` + `media/` (name: the kind by
@@ -60,8 +60,8 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 from redis.exceptions import RedisError
 
-from producers.errors import ProducerError
-from producers.flywheel.inputs import (
+from flywheel.errors import FlywheelError
+from flywheel.inputs import (
     REDTEAM_SOURCE,
     EvalSetError,
     bundled_redteam,
@@ -70,8 +70,8 @@ from producers.flywheel.inputs import (
     redteam_items,
     regression_items,
 )
-from producers.flywheel.media import media_file
-from producers.flywheel.selection import (
+from flywheel.media import media_file
+from flywheel.selection import (
     RUN_ID_SQL,
     Arranged,
     Draft,
@@ -108,7 +108,7 @@ RECORDED_KINDS = {SetKind.GOLDEN, SetKind.FIX, SetKind.REDTEAM, SetKind.MULTIMOD
 BLOB_FETCHES = 16  # blob gets in flight at once
 
 
-class ServiceUnavailable(ProducerError):
+class ServiceUnavailable(FlywheelError):
     """ClickHouse or the blob store did not answer (or refused the query)."""
 
 
@@ -413,7 +413,7 @@ def _positive(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="python -m producers.flywheel.evalsets",
+        prog="python -m flywheel.evalsets",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -23,7 +23,7 @@ from typing import TypeVar
 import msgspec
 
 import moderation
-from producers.errors import ProducerError
+from flywheel.errors import FlywheelError
 from schemas.flywheel import EvalItem, Expect, ItemTurn, Provenance, SetKind
 
 REDTEAM_DIR = Path(moderation.__file__).resolve().parent / "redteam"
@@ -32,7 +32,7 @@ REDTEAM_SOURCE = "moderation/redteam"
 REDTEAM_PARTS = ("attacks", "benign")  # outputs.jsonl holds answer snippets, not prompts
 
 
-class EvalSetError(ProducerError):
+class EvalSetError(FlywheelError):
     """Bad input to the builder (a malformed file line, a missing file, options that do
     not fit together); the message says where."""
 

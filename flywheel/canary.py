@@ -1,11 +1,11 @@
 """Canary / A-B in production: start, watch, compare, promote, roll back (one command each).
 
-    python -m producers.flywheel.canary start --candidate terse.json --fraction 0.05 \\
+    python -m flywheel.canary start --candidate terse.json --fraction 0.05 \\
         [--tenants acme]
-    python -m producers.flywheel.canary status
-    python -m producers.flywheel.canary compare --hours 24     # arms side by side (ClickHouse)
-    python -m producers.flywheel.canary promote                # every conversation → candidate
-    python -m producers.flywheel.canary rollback               # every conversation → control
+    python -m flywheel.canary status
+    python -m flywheel.canary compare --hours 24     # arms side by side (ClickHouse)
+    python -m flywheel.canary promote                # every conversation → candidate
+    python -m flywheel.canary rollback               # every conversation → control
 
 The experiment lives in Redis (`schemas.canary`), so every edge applies it within a second
 and a rollback is immediate; conversations keep their arm (a hash of the conversation).
@@ -26,7 +26,7 @@ from pathlib import Path
 import msgspec
 from redis.exceptions import RedisError
 
-from producers.errors import ProducerError
+from flywheel.errors import FlywheelError
 from runtime.clickhouse.client import analyst_client
 from runtime.clickhouse.sql import clickhouse_message, render_table
 from runtime.redis import redis_client
@@ -56,7 +56,7 @@ GROUP BY arm ORDER BY arm
 """
 
 
-class CanaryError(ProducerError, RuntimeError):
+class CanaryError(FlywheelError, RuntimeError):
     pass
 
 

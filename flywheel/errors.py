@@ -1,0 +1,10 @@
+"""The flywheel's error root: evaluation inputs that cannot be read, a gate without what it
+compares, a canary that cannot be judged, the stores they read not answering."""
+
+from __future__ import annotations
+
+from schemas.errors import TurnstreamError
+
+
+class FlywheelError(TurnstreamError):
+    code = "flywheel_error"
