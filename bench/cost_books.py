@@ -3,7 +3,7 @@
 A reading holds every process's CPU seconds, every topic's record count and bytes and
 Redis's command counts at one moment; the difference of two readings divided by the turns
 completed between them is the cost per turn. Kept free of I/O so the arithmetic is tested
-on its own (`tests/unit/test_cost_books.py`) and the benchmark (`bench.cost`) only reads.
+on its own (`tests/unit/bench/test_cost_books.py`) and the benchmark (`bench.cost`) only reads.
 """
 
 from __future__ import annotations

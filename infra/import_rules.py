@@ -1,5 +1,5 @@
 """The import rules the code keeps by itself, read from the code (every `import` and
-`from … import`, wherever it stands), and checked in CI by `tests/unit/test_import_rules.py`.
+`from … import`, wherever it stands), and checked in CI by `tests/unit/infra/test_import_rules.py`.
 
 Floors, from the ground up:
 - the contract (`schemas/`): events, codec, topics, names, ids, errors, pure types. It

@@ -2,7 +2,7 @@
 
 Why: client authors generate code and docs from a machine-readable spec instead of reading
 `ws_edge/messages.py`, and CI keeps it true: the committed `docs/protocol/asyncapi.json` must
-equal `build_spec()` (tests/unit/test_protocol_spec.py), so a change to the messages that is
+equal `build_spec()` (tests/unit/ws_edge/test_protocol_spec.py), so a change to the messages that is
 not regenerated fails the build.
 
     python -m ws_edge.protocol_spec            # print the document (JSON)

@@ -177,7 +177,7 @@ async def test_a_cancel_stops_the_picture_within_a_step(stack, image_worker, ima
 
 async def test_a_picture_the_safety_checks_refuse_is_never_drawn(stack, image_worker):
     """Refused by the input screen's category classifier (violence) before the image rules
-    see it; `prompt_check` alone refuses it too (tests/unit/test_imagegen.py)."""
+    see it; `prompt_check` alone refuses it too (tests/unit/workers/imagegen/test_imagegen.py)."""
     async with EdgeClient.connect(stack.url, stack.token("ida")) as client:
         answer = await client.draw(conv(), "draw a gory picture of a decapitated man")
     done = answer.done

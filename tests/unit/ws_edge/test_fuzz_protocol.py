@@ -22,7 +22,7 @@ The tests model the shell (`ws_edge.server`) in a few lines: a conversation clai
 tenant, the turn registry it checks resumes against, acks for submitted turns.
 
 Example counts: TURNSTREAM_FUZZ_EXAMPLES (default 200); e.g.
-`TURNSTREAM_FUZZ_EXAMPLES=20000 pytest tests/unit/test_fuzz_protocol.py`.
+`TURNSTREAM_FUZZ_EXAMPLES=20000 pytest tests/unit/ws_edge/test_fuzz_protocol.py`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from schemas.events import (
     Usage,
 )
 from schemas.turn_log import LogPosition, ResumePlan
-from tests.unit.test_fuzz_codec import json_values, msgspec_strategy
+from tests.unit.schemas.test_fuzz_codec import json_values, msgspec_strategy
 from ws_edge.auth import ISSUER, Principal, mint_token
 from ws_edge.errors import BrokerUnavailable, EdgeError, ForbiddenConversation, UnknownTurn
 from ws_edge.media import MediaLimits

@@ -43,7 +43,7 @@ from runtime.settings import DEV_TENANT_REGISTRY, Settings
 from schemas.errors import SettingsError
 from schemas.topics import REGISTRY, all_topics
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 K8S = REPO / "infra" / "k8s"
 COMPOSE_DIR = REPO / "infra" / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"

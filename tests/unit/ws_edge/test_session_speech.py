@@ -19,7 +19,7 @@ from schemas.events import (
     TurnStarted,
     TurnTruncated,
 )
-from tests.unit.test_session import SECRET, frame, only_error
+from tests.unit.ws_edge.test_session import SECRET, frame, only_error
 from ws_edge.auth import mint_token
 from ws_edge.errors import BrokerUnavailable
 from ws_edge.media import Upload

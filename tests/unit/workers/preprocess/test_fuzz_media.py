@@ -11,7 +11,7 @@ spelling of a private, loopback or metadata address, and the fetcher must never 
 request to a name that resolves to one.
 
 Example counts: TURNSTREAM_FUZZ_EXAMPLES (default 100); e.g.
-`TURNSTREAM_FUZZ_EXAMPLES=20000 pytest tests/unit/test_fuzz_media.py`.
+`TURNSTREAM_FUZZ_EXAMPLES=20000 pytest tests/unit/workers/preprocess/test_fuzz_media.py`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tests.unit.test_fuzz_codec import msgspec_strategy
+from tests.unit.schemas.test_fuzz_codec import msgspec_strategy
 from workers.preprocess.audio_decode import TARGET_RATE, decode_audio, decode_pcm16
 from workers.preprocess.errors import (
     AudioTooLong,

@@ -4,7 +4,7 @@ from base64 import b64encode
 
 from runtime.blobs import sha256_hex
 from schemas.events import InputTranscribed, MediaKind, TranscriptSegment
-from tests.unit.test_session import SECRET, authed, frame, only_error
+from tests.unit.ws_edge.test_session import SECRET, authed, frame, only_error
 from ws_edge.auth import mint_token
 from ws_edge.media import MediaLimits
 from ws_edge.messages import InputTranscript

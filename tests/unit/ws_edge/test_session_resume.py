@@ -4,7 +4,7 @@ failover or an expired history is said plainly, and limits hold."""
 from harness.factories import completed
 from schemas.events import TokenChunk, TurnStarted
 from schemas.turn_log import START, LogPosition, ResumePlan
-from tests.unit.test_session import authed, frame, make_session, only_error
+from tests.unit.ws_edge.test_session import authed, frame, make_session, only_error
 from ws_edge.errors import UnknownTurn
 from ws_edge.messages import (
     ResponseDelta,

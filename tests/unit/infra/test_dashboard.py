@@ -8,7 +8,7 @@ from pathlib import Path
 from runtime.prometheus import REGISTRY
 from stream_jobs.metrics import faust_metrics
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "turnstream.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "infra" / "grafana" / "turnstream.json"
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 PROMQL_WORDS = {
     "histogram_quantile",

@@ -24,7 +24,7 @@ def test_released_migrations_never_change():
     the lock file pins each one's checksum; a new migration adds its line."""
     from pathlib import Path
 
-    lock = Path(__file__).resolve().parents[2] / "runtime" / "clickhouse" / "migrations.lock"
+    lock = Path(__file__).resolve().parents[3] / "runtime" / "clickhouse" / "migrations.lock"
     pinned = dict(
         line.split() for line in lock.read_text().splitlines() if line and not line.startswith("#")
     )

@@ -9,7 +9,7 @@ input into an event or a `DecodeError`, and `encode` → `decode` must give back
 the protocol fuzz tests reuse it for the client messages.
 
 Example counts: TURNSTREAM_FUZZ_EXAMPLES (default 300); e.g.
-`TURNSTREAM_FUZZ_EXAMPLES=20000 pytest tests/unit/test_fuzz_codec.py`.
+`TURNSTREAM_FUZZ_EXAMPLES=20000 pytest tests/unit/schemas/test_fuzz_codec.py`.
 """
 
 from __future__ import annotations

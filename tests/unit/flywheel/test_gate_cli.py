@@ -27,9 +27,9 @@ from schemas.flywheel import (
     read_jsonl,
     write_jsonl,
 )
-from tests.unit.test_scoring import BagOfWords
+from tests.unit.flywheel.test_scoring import BagOfWords
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WORDS = ["red", "green", "blue", "cyan", "magenta", "yellow", "black", "white", "grey", "pink"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -252,7 +252,7 @@ def make_judge() -> ByLength:
 
 
 def test_a_judge_plugged_in_by_import_path_becomes_a_gated_metric(layout, capsys):
-    judge = ["--judge", "tests.unit.test_gate_cli:make_judge"]
+    judge = ["--judge", "tests.unit.flywheel.test_gate_cli:make_judge"]
     assert gate(layout, "same", *judge, report=False) == EXIT_PASS
     assert (
         gate(
