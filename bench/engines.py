@@ -24,7 +24,7 @@ from bench.stream_load import ratios, run_load, table
 from runtime.settings import Settings
 from runtime.smollm2 import convert, default_model_dir
 from schemas.events import DecodingParams, Message, Role
-from workers.inference.engine import Engine, GenerationRequest
+from workers.inference.engines.engine import Engine, GenerationRequest
 
 TOPICS = [
     "the history of the Roman Empire",
@@ -68,7 +68,7 @@ def request(question: str, max_tokens: int) -> GenerationRequest:
 
 def build(name: str, path: str, max_seqs: int) -> Engine:
     if name == "vllm":
-        from workers.inference.vllm_engine import VllmEngine, VllmOptions
+        from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
         return VllmEngine(
             VllmOptions(
@@ -79,7 +79,7 @@ def build(name: str, path: str, max_seqs: int) -> Engine:
                 max_num_seqs=max_seqs,
             )
         )
-    from workers.inference.hf_engine import TransformersEngine, TransformersOptions
+    from workers.inference.engines.hf_engine import TransformersEngine, TransformersOptions
 
     return TransformersEngine(
         TransformersOptions(

@@ -153,7 +153,7 @@ async def raw_stream(
     manager: Any, prompt: list[int], max_new: int, sampling: dict
 ) -> AsyncIterator[int]:
     """One request straight on the manager: its result handler feeds a queue."""
-    from workers.inference.hf_batching import unregister
+    from workers.inference.engines.hf_batching import unregister
 
     rid = f"raw-{uuid.uuid4().hex[:12]}"
     outputs: asyncio.Queue = asyncio.Queue()
@@ -186,7 +186,7 @@ class Modes:
         self.engine: Any = None
         self.service: Any = None
         self.relay: Any = None
-        from workers.inference.hf_batching import TransformersOptions
+        from workers.inference.engines.hf_batching import TransformersOptions
 
         per_token = 2 * model.config.num_hidden_layers * model.config.num_key_value_heads
         per_token *= model.config.hidden_size // model.config.num_attention_heads
@@ -209,12 +209,12 @@ class Modes:
         )
         self.vocab = model.config.vocab_size
         try:
-            from workers.inference.hf_engine import TransformersEngine
+            from workers.inference.engines.hf_engine import TransformersEngine
 
             self.engine = TransformersEngine(self.options, model=model, tokenizer=NumberTokenizer())
             self.manager = self.engine.manager
         except ImportError as err:  # no msgspec here: the baseline alone, on its own manager
-            from workers.inference.hf_batching import start_manager
+            from workers.inference.engines.hf_batching import start_manager
 
             self.skipped["engine"] = self.skipped["service"] = f"cannot import: {err}"
             self.manager = start_manager(model, self.options, frozenset()).manager
@@ -225,7 +225,7 @@ class Modes:
                 self.skipped["service"] = f"cannot import: {err}"
 
     def factory(self, mode: str, batch: list[list[int]], out: int):
-        from workers.inference.hf_batching import sampling_kwargs
+        from workers.inference.engines.hf_batching import sampling_kwargs
 
         if mode == "raw":
             sampling = {"eos_token_id": -1, **sampling_kwargs(0.0, 1.0, self.vocab)}
@@ -243,7 +243,7 @@ class Modes:
 
 def _request(prompt: list[int], max_tokens: int) -> Any:
     from schemas.events import DecodingParams, Message, Role
-    from workers.inference.engine import GenerationRequest
+    from workers.inference.engines.engine import GenerationRequest
 
     return GenerationRequest(
         request_id=uuid.uuid4().hex,
@@ -262,7 +262,7 @@ def _standin_service(engine: Any) -> tuple[Any, Any]:
     from bench.service_standins import NullProducer, NullRedis, RecordingRelay
     from schemas.channels import RedisNames
     from schemas.ids import now_ms
-    from workers.inference.image_budget import ImageBudget
+    from workers.inference.images.image_budget import ImageBudget
     from workers.inference.service import InferenceService, ServiceConfig
     from workers.runtime.outcome import OutcomeRecorder
 

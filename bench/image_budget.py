@@ -1,5 +1,5 @@
 """Does the prefill image budget protect the decode of other streams from a burst of image
-requests? (`workers/inference/image_budget.py`, TURNSTREAM_MAX_PREFILL_IMAGES.)
+requests? (`workers/inference/images/image_budget.py`, TURNSTREAM_MAX_PREFILL_IMAGES.)
 
 In-process, real vLLM on the tiny LLaVA the tests build (CLIP tower + 2-layer Llama, random
 weights, 576 feature tokens per image). K text streams decode long answers back to back;
@@ -45,8 +45,8 @@ from harness.media import encode_image, noise_image
 from infra.stack import REPO
 from runtime.settings import Settings
 from schemas.events import DecodingParams, ImageInput, Message, Role
-from workers.inference.engine import Engine, GenerationRequest
-from workers.inference.image_budget import ImageBudget
+from workers.inference.engines.engine import Engine, GenerationRequest
+from workers.inference.images.image_budget import ImageBudget
 from workers.preprocess.images import ImageLimits, preprocess_image
 
 RESULTS = REPO / "bench" / "results"
@@ -309,7 +309,7 @@ def plot(trials: list[Trial], modes: list[str], out: Path) -> None:
 
 async def main_async(args: argparse.Namespace) -> None:
     from harness.tiny_vlm import build_tiny_llava
-    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
     started = time.perf_counter()
     modes = ["no budget", f"budget {args.budget}"]

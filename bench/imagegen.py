@@ -37,7 +37,7 @@ from workers.imagegen.app import load_pipeline, run_imagegen_worker
 from workers.imagegen.pipeline import ImagePipeline
 from workers.imagegen.preview import png_bytes
 from workers.imagegen.request import ImageJob
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ImageOptions, ResponseImage, ResponseImageProgress
 

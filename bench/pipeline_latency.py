@@ -49,7 +49,7 @@ from runtime.tracing.propagation import from_kafka_headers
 from runtime.tracing.spans import consuming, producing
 from schemas.events import DecodingParams, Message, Role
 from workers.inference.app import build_engine
-from workers.inference.engine import Engine, GenerationRequest
+from workers.inference.engines.engine import Engine, GenerationRequest
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone

@@ -61,7 +61,7 @@ from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.events import DecodingParams, FinishReason, MediaKind, MediaRef
 from schemas.topics import TURNS_ASSEMBLED, TURNS_ENRICHED, TURNS_SUBMITTED
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from workers.preprocess.audio_decode import decode_audio
 from workers.preprocess.images import ImageLimits, preprocess_image
 from workers.preprocess.speech import SpeechPipeline

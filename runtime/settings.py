@@ -292,8 +292,8 @@ class Settings:
         64,
         "Turns one worker generates at once; beyond it the worker stops fetching (backpressure).",
     )
-    # engine options (workers/inference/engine_profile.py checks them at the engine's start; each
-    # turn's trace records them; docs/engine-options.md says when to use which)
+    # engine options (workers/inference/engines/engine_profile.py checks them at the engine's
+    # start; each turn's trace records them; docs/engine-options.md says when to use which)
     speculative: str = _var(
         "TURNSTREAM_SPECULATIVE",
         "off",
@@ -658,8 +658,8 @@ class Settings:
         "TURNSTREAM_TENANT_REGISTRY",
         DEV_TENANT_REGISTRY,
         "JSON file: tenant -> tier (free, plus, enterprise) and limit overrides (format in "
-        "ws_edge/tiers.py); tenants it does not list are free. The default is the bundled dev "
-        "registry (infra/tenants.dev.json): use your own outside dev.",
+        "ws_edge/admission/tiers.py); tenants it does not list are free. The default is the "
+        "bundled dev registry (infra/tenants.dev.json): use your own outside dev.",
     )
     rate_limit_fail_open: bool = _var(
         "TURNSTREAM_RATE_LIMIT_FAIL_OPEN",

@@ -46,7 +46,10 @@ from schemas.events import (
 from schemas.ids import now_ms
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
 from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
-from ws_edge.admission import AdmissionControl
+from ws_edge.admission.admit import AdmissionControl
+from ws_edge.admission.pool_load import PoolLoad
+from ws_edge.admission.rate_limit import RateLimiter
+from ws_edge.admission.tiers import TenantRegistry
 from ws_edge.canary import CanaryWatch
 from ws_edge.conversations import ConversationClaims
 from ws_edge.errors import (
@@ -65,8 +68,6 @@ from ws_edge.messages import (
     encode_server,
 )
 from ws_edge.outbox import Outbox, OutboxOverflow
-from ws_edge.pool_load import PoolLoad
-from ws_edge.rate_limit import RateLimiter
 from ws_edge.relay import RelaySubscriber
 from ws_edge.session import (
     Action,
@@ -83,9 +84,8 @@ from ws_edge.session import (
     SubmitTurn,
     error_event,
 )
-from ws_edge.speech_detector import SpeechDetector
-from ws_edge.tiers import TenantRegistry
-from ws_edge.voice_loop import VadRules
+from ws_edge.voice.loop import VadRules
+from ws_edge.voice.speech_detector import SpeechDetector
 from ws_edge.web_assets import process_request
 
 log = logging.getLogger("turnstream.edge")

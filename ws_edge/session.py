@@ -47,7 +47,6 @@ from schemas.events import (
 )
 from schemas.events import ImageOptions as ImageRequest
 from schemas.turn_log import START, LogPosition, ResumePlan
-from ws_edge.audio_timeline import AudioTimeline
 from ws_edge.auth import Principal, verify_token
 from ws_edge.errors import (
     AuthError,
@@ -99,7 +98,8 @@ from ws_edge.messages import (
     TurnDetection,
     client_decoder,
 )
-from ws_edge.voice_loop import (
+from ws_edge.voice.audio_timeline import AudioTimeline
+from ws_edge.voice.loop import (
     BargeIn,
     SpeechEnded,
     SpeechPaused,

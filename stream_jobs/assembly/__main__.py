@@ -10,10 +10,14 @@ from runtime.redis import redis_client
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir
 from schemas.channels import RedisNames
-from stream_jobs.assembly.answer_cache import AnswerCache, CacheConfig
 from stream_jobs.assembly.app import AssemblyJob, create_app
+from stream_jobs.assembly.cache.answer_cache import AnswerCache, CacheConfig
 from stream_jobs.assembly.retrieval import EmbeddingRetriever
-from stream_jobs.assembly.semantic_router import RouterConfig, SemanticRouter, minilm_embedder
+from stream_jobs.assembly.routing.semantic_router import (
+    RouterConfig,
+    SemanticRouter,
+    minilm_embedder,
+)
 from stream_jobs.assembly.tokens import token_counter
 from stream_jobs.faust_app import run_worker
 

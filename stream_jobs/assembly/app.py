@@ -50,12 +50,13 @@ from schemas.topics import (
     TURNS_ENRICHED,
     pool_topic,
 )
-from stream_jobs.assembly.answer_cache import AnswerCache
-from stream_jobs.assembly.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.cache.answer_cache import AnswerCache
+from stream_jobs.assembly.cache.semantic_cache import CacheHit
 from stream_jobs.assembly.prompt import Passage, assemble, with_image_placeholders
 from stream_jobs.assembly.retrieval import Retriever
-from stream_jobs.assembly.routing import IMAGE_POOL, Intent, IntentRouter, Routing
-from stream_jobs.assembly.semantic_cache import CacheHit
+from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.routing.route import IMAGE_POOL, Intent, IntentRouter, Routing
+from stream_jobs.assembly.routing.worker_board import WorkerBoard
 from stream_jobs.assembly.state import (
     ConversationState,
     Decision,
@@ -68,7 +69,6 @@ from stream_jobs.assembly.state import (
     on_truncated,
 )
 from stream_jobs.assembly.tokens import TokenCounter
-from stream_jobs.assembly.worker_board import WorkerBoard
 from stream_jobs.faust_app import make_app
 
 log = logging.getLogger("turnstream.assembly")

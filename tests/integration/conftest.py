@@ -4,7 +4,7 @@ import pytest
 
 from harness.stack import pipeline
 from runtime.settings import Settings
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 
 FAIL_TRIGGER = "PLEASE FAIL"
 
@@ -41,7 +41,7 @@ def tiny_model_path(test_models_dir):
 @pytest.fixture(scope="session")
 async def tiny_engine(tiny_model_path):
     """One real vLLM engine on the tiny model for the whole session (start ~20-40 s)."""
-    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
     engine = VllmEngine(
         VllmOptions(

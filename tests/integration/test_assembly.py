@@ -12,7 +12,7 @@ from harness.stack import pipeline, running_assembly
 from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.events import Role
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration

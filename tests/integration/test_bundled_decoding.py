@@ -18,7 +18,7 @@ import pytest
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir, is_converted
 from schemas.events import DecodingParams, Message, Role
-from workers.inference.engine import GenerationRequest
+from workers.inference.engines.engine import GenerationRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
@@ -48,7 +48,7 @@ def test_the_measure_sees_a_loop_and_not_a_plain_answer():
 
 @pytest.fixture(scope="module")
 async def smollm2():
-    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
     path = default_model_dir(Settings())
     assert is_converted(path), "infra/setup.sh converts the bundled model"

@@ -12,8 +12,8 @@ from harness.chdb import sink_trace_rows
 from harness.stack import pipeline, running_job
 from runtime.settings import Settings
 from schemas.events import DecodingParams, Message, Role
-from workers.inference.engine import GenerationRequest
-from workers.inference.engine_profile import EngineProfile
+from workers.inference.engines.engine import GenerationRequest
+from workers.inference.engines.engine_profile import EngineProfile
 from ws_edge.client import EdgeClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -38,7 +38,7 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 async def ngram_engine(tiny_model_path):
     """A second engine on the tiny model, speculating (the session's `tiny_engine` does not)."""
-    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
     engine = VllmEngine(  # started like the session's tiny_engine (on the loop's thread)
         VllmOptions(

@@ -17,7 +17,7 @@ from harness.chdb import run_in_engine
 from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.events import FeedbackKind
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient, image_part
 
 pytestmark = pytest.mark.integration

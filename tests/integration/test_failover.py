@@ -25,7 +25,7 @@ from runtime.state_board import read_states
 from schemas.channels import RedisNames
 from schemas.topics import POOL_PARTITIONS
 from workers.inference.app import RunningWorker, run_worker
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from workers.preprocess.app import run_preprocessor
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient

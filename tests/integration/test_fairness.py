@@ -10,7 +10,7 @@ import pytest
 from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.events import FinishReason
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration

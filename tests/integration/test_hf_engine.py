@@ -14,8 +14,8 @@ from harness.stack import pipeline
 from runtime.settings import Settings
 from runtime.smollm2 import convert, default_model_dir
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message, Role
-from workers.inference.engine import EngineError, GenerationRequest
-from workers.inference.hf_engine import TransformersEngine, TransformersOptions
+from workers.inference.engines.engine import EngineError, GenerationRequest
+from workers.inference.engines.hf_engine import TransformersEngine, TransformersOptions
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone
 

@@ -29,7 +29,7 @@ from runtime.state_board import read_states
 from schemas.events import TurnCompleted
 from workers.imagegen.app import load_pipeline, run_imagegen_worker
 from workers.imagegen.presence import POOL
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ImageOptions, ResponseDone, ResponseImage, ResponseImageProgress
 

@@ -14,7 +14,7 @@ from harness.polling import eventually
 from harness.stack import pipeline, running_assembly, running_job
 from runtime.prometheus import serve_metrics
 from runtime.settings import Settings
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration

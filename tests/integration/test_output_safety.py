@@ -17,7 +17,7 @@ from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import FinishReason, Role, SafetyAction, SafetyStage, SafetyVerdict
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseRetracted
 

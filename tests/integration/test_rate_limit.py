@@ -12,10 +12,10 @@ import pytest
 
 from runtime.redis import redis_client
 from schemas.channels import RedisNames
+from ws_edge.admission.rate_limit import RateLimiter
+from ws_edge.admission.tiers import DEFAULT_LIMITS, TenantRegistry, Tier, TierLimits
 from ws_edge.auth import ALGORITHM, ISSUER, verify_token
 from ws_edge.errors import RateLimited, RateLimitUnavailable, StoreUnavailable
-from ws_edge.rate_limit import RateLimiter
-from ws_edge.tiers import DEFAULT_LIMITS, TenantRegistry, Tier, TierLimits
 
 pytestmark = pytest.mark.integration
 

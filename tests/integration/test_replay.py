@@ -42,7 +42,7 @@ from schemas.flywheel import (
 )
 from schemas.ids import now_ms
 from schemas.topics import REGISTRY, TURNS_SUBMITTED
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.integration
 

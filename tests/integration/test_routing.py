@@ -18,7 +18,7 @@ from runtime.settings import Settings
 from runtime.state_board import read_states
 from schemas.topics import POOL_PARTITIONS
 from workers.inference.app import run_worker
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration

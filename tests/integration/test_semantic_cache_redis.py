@@ -12,7 +12,7 @@ import pytest
 
 from runtime.redis import redis_client
 from schemas.channels import RedisNames
-from stream_jobs.assembly.semantic_cache import CacheError, MiniLMEmbedder, SemanticCache
+from stream_jobs.assembly.cache.semantic_cache import CacheError, MiniLMEmbedder, SemanticCache
 
 pytestmark = pytest.mark.integration
 
@@ -272,7 +272,7 @@ async def test_change_log_catch_up_gaps_and_backlog(env, embedder):
 
 
 async def test_the_operators_cli_finds_invalidates_and_clears(env, embedder):
-    from stream_jobs.assembly.cache_cli import run
+    from stream_jobs.assembly.cache.cli import run
 
     cache = _cache(env)
     entry_id = await cache.store("t1", FRANCE, embedder.embed(FRANCE), PARIS, "smol")

@@ -14,8 +14,8 @@ from harness.kafka import assembled_prompt
 from harness.polling import eventually
 from harness.stack import pipeline
 from runtime.settings import Settings
-from stream_jobs.assembly.semantic_cache import SemanticCache
-from workers.inference.fake_engine import FakeEngine
+from stream_jobs.assembly.cache.semantic_cache import SemanticCache
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta
 

@@ -25,7 +25,7 @@ from runtime.settings import Settings, settings_env
 from schemas.codec import encode
 from schemas.events import FeedbackKind, Timings
 from schemas.ids import now_ms
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from workers.sink.app import route_group, run_sink
 from ws_edge.client import EdgeClient, TurnRejected, image_part
 

@@ -19,7 +19,7 @@ from harness.media import espeak_wav, pcm16, quiet_room, spoken, words
 from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.events import FinishReason, Role
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from workers.preprocess.asr import WhisperTranscriber
 from workers.preprocess.audio_decode import decode_pcm16
 from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment

@@ -19,7 +19,7 @@ from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import TraceRecorded
 from schemas.topics import TRACES
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from harness.media import encode_image, noise_image
 from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message, Role
-from workers.inference.engine import GenerationRequest
+from workers.inference.engines.engine import GenerationRequest
 from workers.preprocess.images import ImageLimits, preprocess_image
 from ws_edge.client import EdgeClient, image_part
 
@@ -25,7 +25,7 @@ GREEDY = DecodingParams(max_tokens=12, temperature=0.0)
 @pytest.fixture(scope="module")
 async def llava_engine(test_models_dir):
     from harness.tiny_vlm import build_tiny_llava
-    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
     path = build_tiny_llava(test_models_dir / "tiny-llava-v1")
     engine = VllmEngine(

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from schemas.events import DecodingParams, FinishReason, Message, Role
-from workers.inference.engine import GenerationRequest
+from workers.inference.engines.engine import GenerationRequest
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone
 

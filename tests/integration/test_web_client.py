@@ -26,7 +26,7 @@ from harness.media import encode_image, noise_image, quiet_room, spoken, wav16, 
 from harness.polling import eventually
 from harness.stack import Pipeline, pipeline
 from runtime.settings import Settings
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.fake_engine import FakeEngine
 
 CHROMIUM = Path("/usr/bin/chromium")
 

@@ -31,8 +31,8 @@ from schemas.events import (
 from schemas.ids import now_ms
 from schemas.topics import WORKERS_METRICS, pool_topic
 from workers.inference.app import run_worker
-from workers.inference.engine import GenerationRequest
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.engine import GenerationRequest
+from workers.inference.engines.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.integration
 

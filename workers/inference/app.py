@@ -11,14 +11,14 @@ from runtime.settings import Settings
 from runtime.state_board import StateBoard
 from schemas.ids import now_ms
 from schemas.topics import SAFETY_WINDOWS, TTS_SEGMENTS, WORKERS_METRICS, pool_topic
-from workers.inference.engine import Engine, options_tag
-from workers.inference.engine_profile import EngineProfile
-from workers.inference.image_budget import ImageBudget
-from workers.inference.image_cache import ImageCache
+from workers.inference.engines.engine import Engine, options_tag
+from workers.inference.engines.engine_profile import EngineProfile
+from workers.inference.images.image_budget import ImageBudget
+from workers.inference.images.image_cache import ImageCache
+from workers.inference.images.pixels import PixelLoader
 from workers.inference.metrics import MetricsPublisher
-from workers.inference.pixels import PixelLoader
 from workers.inference.service import InferenceService, ServiceConfig
-from workers.inference.speech_segments import SegmenterConfig
+from workers.inference.speech.segments import SegmenterConfig
 from workers.inference.state_board import inference_state
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
@@ -31,7 +31,7 @@ CONSUMER_GROUP = "inference"
 def build_engine(settings: Settings) -> Engine:
     """The configured engine: real vLLM by default, the fake for pipeline benchmarks."""
     if settings.engine == "fake":
-        from workers.inference.fake_engine import FakeEngine
+        from workers.inference.engines.fake_engine import FakeEngine
 
         return FakeEngine(token_interval_s=settings.fake_token_interval_ms / 1000)
     from runtime.smollm2 import default_model_dir
@@ -39,7 +39,7 @@ def build_engine(settings: Settings) -> Engine:
     path = settings.model_path or str(default_model_dir(settings))
     if settings.engine == "transformers":
         return _transformers_engine(settings, path)
-    from workers.inference.vllm_engine import VllmEngine, VllmOptions
+    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
     engine = VllmEngine(
         VllmOptions(
@@ -56,7 +56,7 @@ def build_engine(settings: Settings) -> Engine:
 
 def _transformers_engine(settings: Settings, path: str) -> Engine:
     """transformers' own continuous batching: no vLLM needed (hf_engine.py)."""
-    from workers.inference.hf_engine import TransformersEngine, TransformersOptions
+    from workers.inference.engines.hf_engine import TransformersEngine, TransformersOptions
 
     return TransformersEngine(
         TransformersOptions(

@@ -27,8 +27,8 @@ from aiokafka import AIOKafkaProducer
 from runtime import prometheus as prom
 from schemas.codec import encode
 from schemas.events import TurnCompleted, WorkerMetrics
-from workers.inference.engine import Engine
-from workers.inference.engine_stats import EngineSnapshot
+from workers.inference.engines.engine import Engine
+from workers.inference.engines.engine_stats import EngineSnapshot
 from workers.inference.gauges import TurnGauges
 
 log = logging.getLogger("turnstream.inference.metrics")

@@ -9,7 +9,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from schemas.events import ErrorInfo, FinishReason, Timings, TurnCompleted, TurnSubmitted, Usage
-from workers.inference.engine import GenerationDelta
+from workers.inference.engines.engine import GenerationDelta
 
 
 @dataclass(slots=True)

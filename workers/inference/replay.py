@@ -9,7 +9,7 @@ import re
 from collections.abc import AsyncIterator
 
 from schemas.events import FinishReason
-from workers.inference.engine import GenerationDelta
+from workers.inference.engines.engine import GenerationDelta
 
 _PIECES = re.compile(r"\s*\S+")
 

@@ -48,16 +48,16 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.prefix import PrefixMemory, estimated_tokens, message_chain
-from workers.inference.engine import Engine, EngineError, GenerationRequest
+from workers.inference.engines.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
-from workers.inference.image_budget import Grant, ImageBudget
+from workers.inference.images.image_budget import Grant, ImageBudget
+from workers.inference.images.pixels import PixelLoader
 from workers.inference.metrics import observe_completed
 from workers.inference.output_guard import OutputGuard, SafetyStop
-from workers.inference.pixels import PixelLoader
 from workers.inference.progress import TurnProgress
 from workers.inference.replay import replay
-from workers.inference.speech_feed import SpeechFeed
-from workers.inference.speech_segments import SegmenterConfig
+from workers.inference.speech.feed import SpeechFeed
+from workers.inference.speech.segments import SegmenterConfig
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder
 from workers.runtime.relay import RelayPublisher

@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer
 
 from runtime.state_board import owned_partitions
 from schemas.worker_state import WorkerState
-from workers.inference.engine import Engine
+from workers.inference.engines.engine import Engine
 from workers.inference.service import InferenceService
 
 

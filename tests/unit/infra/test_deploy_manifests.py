@@ -632,7 +632,7 @@ def partition_comment_near(doc: Doc, key: str) -> bool:
 def check_scale_to_zero(docs: list[Doc]) -> list[str]:
     """The reasoning pool and TTS scale to zero; a non-default pool at zero needs a wake
     signal besides its own lag: the router hands its turns to the default pool while it
-    has no live worker (stream_jobs/assembly/routing.py), so it would never get lag."""
+    has no live worker (stream_jobs/assembly/routing/route.py), so it would never get lag."""
     problems = []
     objects = {so.obj["spec"]["scaleTargetRef"]["name"]: so for so in of_kind(docs, "ScaledObject")}
     for name in ("inference-reasoning", "tts"):

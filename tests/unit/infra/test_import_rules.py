@@ -33,7 +33,7 @@ def test_no_module_imports_itself_back():
         ("schemas.channels", "redis.asyncio"),
         ("schemas.blobs", "asyncio"),
         ("schemas.ids", "socket"),
-        ("runtime.state_board", "workers.inference.engine"),  # a library -> a role
+        ("runtime.state_board", "workers.inference.engines.engine"),  # a library -> a role
         ("runtime.settings", "moderation.errors"),  # a library -> the one above it
         ("moderation.screen", "workers.runtime.coalescing"),
         ("bench.cost", "tests.support.stack"),  # tools

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ws_edge.audio_timeline import AudioTimeline
+from ws_edge.voice.audio_timeline import AudioTimeline
 
 
 def timeline(*pieces: tuple[str, float]) -> AudioTimeline:

@@ -87,7 +87,7 @@ from ws_edge.session import (
     SessionLimits,
     SubmitTurn,
 )
-from ws_edge.voice_loop import FRAME_BYTES
+from ws_edge.voice.loop import FRAME_BYTES
 
 EXAMPLES = int(os.environ.get("TURNSTREAM_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from ws_edge.overload import Admit, Degrade, LoadSignal, Reject, decide
-from ws_edge.tiers import DEFAULT_LIMITS, DEFAULT_POOL, Tier
+from ws_edge.admission.overload import Admit, Degrade, LoadSignal, Reject, decide
+from ws_edge.admission.tiers import DEFAULT_LIMITS, DEFAULT_POOL, Tier
 
 
 def load(fraction: float, capacity: int = 100, pool: str = DEFAULT_POOL) -> dict[str, LoadSignal]:

@@ -48,7 +48,7 @@ from ws_edge.session import (
     SessionLimits,
     SubmitTurn,
 )
-from ws_edge.voice_loop import FRAME_BYTES, VadRules
+from ws_edge.voice.loop import FRAME_BYTES, VadRules
 
 VOICES = ["joe", "espeak"]
 ANSWER = "Hello there, how are you?"

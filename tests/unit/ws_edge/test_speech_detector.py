@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from harness.media import pcm16, quiet_room, spoken
-from ws_edge.speech_detector import SpeechDetector
-from ws_edge.voice_loop import FRAME_BYTES, SpeechEnded, SpeechStarted, VadRules, VoiceLoop
+from ws_edge.voice.loop import FRAME_BYTES, SpeechEnded, SpeechStarted, VadRules, VoiceLoop
+from ws_edge.voice.speech_detector import SpeechDetector
 
 
 def events_of(audio: np.ndarray, chunk_bytes: int | None = None) -> list:

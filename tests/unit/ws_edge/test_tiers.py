@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ws_edge.tiers import (
+from ws_edge.admission.tiers import (
     DEFAULT_LIMITS,
     TenantRegistry,
     TenantRegistryError,

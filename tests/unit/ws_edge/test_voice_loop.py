@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ws_edge.voice_loop import (
+from ws_edge.voice.loop import (
     FRAME_BYTES,
     FRAME_MS,
     BargeIn,

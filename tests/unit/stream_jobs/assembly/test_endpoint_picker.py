@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from schemas.prefix import PrefixMemory, matched_chars, message_chain, prefix_lengths
 from schemas.worker_state import WorkerState, decode_state, encode_state
-from stream_jobs.assembly.endpoint_picker import EndpointPicker, Strategy
+from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker, Strategy
 
 
 @dataclass(frozen=True)

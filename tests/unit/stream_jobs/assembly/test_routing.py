@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from schemas.events import Message, Role
 from schemas.worker_state import WorkerState
-from stream_jobs.assembly.endpoint_picker import EndpointPicker
-from stream_jobs.assembly.routing import Intent, Routing
+from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.routing.route import Intent, Routing
 
 
 class Always:
@@ -26,7 +26,7 @@ class Always:
 
 
 def test_a_short_follow_up_keeps_the_conversation_on_its_pool():
-    from stream_jobs.assembly.semantic_router import RouterConfig, SemanticRouter
+    from stream_jobs.assembly.routing.semantic_router import RouterConfig, SemanticRouter
 
     r = routing(SemanticRouter(RouterConfig.default()))
     first = r.intent(
@@ -101,7 +101,7 @@ async def test_at_startup_with_no_worker_anywhere_the_default_pool_keeps_the_tur
 
 
 async def test_the_classifier_is_skipped_when_its_answer_cannot_change_anything():
-    from stream_jobs.assembly.semantic_router import RouterConfig, SemanticRouter
+    from stream_jobs.assembly.routing.semantic_router import RouterConfig, SemanticRouter
 
     calls = []
 

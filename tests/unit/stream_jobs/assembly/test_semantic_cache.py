@@ -8,15 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from stream_jobs.assembly.cache_rules import (
-    cacheable,
-    conflicting,
-    normalise_query,
-    query_digest,
-    skip_reason,
-)
-from stream_jobs.assembly.cache_vectors import VectorRows, best_matches, ranked_above, unit
-from stream_jobs.assembly.evaluate_cache import (
+from stream_jobs.assembly.cache.evaluate import (
     LEVELS,
     WORKLOAD,
     Outcome,
@@ -26,7 +18,15 @@ from stream_jobs.assembly.evaluate_cache import (
     load_workload,
     outcome_in_memory,
 )
-from stream_jobs.assembly.semantic_cache import CacheStats, MiniLMEmbedder
+from stream_jobs.assembly.cache.rules import (
+    cacheable,
+    conflicting,
+    normalise_query,
+    query_digest,
+    skip_reason,
+)
+from stream_jobs.assembly.cache.semantic_cache import CacheStats, MiniLMEmbedder
+from stream_jobs.assembly.cache.vectors import VectorRows, best_matches, ranked_above, unit
 
 
 @pytest.mark.parametrize(

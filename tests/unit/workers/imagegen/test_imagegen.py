@@ -21,9 +21,9 @@ from schemas.events import (
 )
 from schemas.traces import build_trace
 from schemas.turn_log import NOT_LOGGED, log_kind
-from stream_jobs.assembly.endpoint_picker import EndpointPicker
-from stream_jobs.assembly.routing import IMAGE_POOL, Routing
-from stream_jobs.assembly.semantic_router import RouterConfig, SemanticRouter
+from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.routing.route import IMAGE_POOL, Routing
+from stream_jobs.assembly.routing.semantic_router import RouterConfig, SemanticRouter
 from workers.imagegen.preview import latents_to_rgb, png_bytes, preview_jpeg, wants_preview
 from workers.imagegen.request import (
     ImageLimits,

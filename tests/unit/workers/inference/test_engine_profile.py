@@ -14,12 +14,12 @@ from schemas.codec import decode, encode
 from schemas.errors import SettingsError
 from schemas.events import TurnCompleted
 from schemas.traces import build_trace
-from workers.inference.engine import options_tag
-from workers.inference.engine_profile import QUANTIZATION, EngineProfile
-from workers.inference.engine_stats import EngineMeter
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.engine import options_tag
+from workers.inference.engines.engine_profile import QUANTIZATION, EngineProfile
+from workers.inference.engines.engine_stats import EngineMeter
+from workers.inference.engines.fake_engine import FakeEngine
+from workers.inference.engines.vllm_engine import VllmOptions, engine_kwargs, profile_in_force
 from workers.inference.progress import TurnProgress
-from workers.inference.vllm_engine import VllmOptions, engine_kwargs, profile_in_force
 
 SMOL = {"num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152}
 NGRAM = EngineProfile(speculative="ngram", speculative_tokens=4)

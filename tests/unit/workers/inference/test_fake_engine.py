@@ -3,8 +3,8 @@ import asyncio
 import pytest
 
 from schemas.events import DecodingParams, FinishReason, Message, Role
-from workers.inference.engine import EngineError, GenerationRequest
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.engine import EngineError, GenerationRequest
+from workers.inference.engines.fake_engine import FakeEngine
 
 
 def request(text: str, max_tokens: int = 100) -> GenerationRequest:

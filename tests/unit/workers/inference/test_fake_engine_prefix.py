@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from schemas.events import DecodingParams, Message, Role
-from workers.inference.engine import GenerationRequest
-from workers.inference.fake_engine import FakeEngine, SimulatedPrefixCache, message_tokens
+from workers.inference.engines.engine import GenerationRequest
+from workers.inference.engines.fake_engine import FakeEngine, SimulatedPrefixCache, message_tokens
 
 DOC = "lorem ipsum dolor sit amet " * 400  # ~2700 tokens at four characters a token
 

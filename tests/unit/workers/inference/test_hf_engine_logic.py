@@ -8,7 +8,7 @@ import pytest
 from schemas.events import FinishReason, Message, Role
 from workers.inference.chat_prompt import answer_budget, render_prompt
 from workers.inference.detokenize import IncrementalDetokenizer
-from workers.inference.hf_batching import (
+from workers.inference.engines.hf_batching import (
     BatchingConfigError,
     eos_ids,
     kv_cache_blocks,
@@ -16,7 +16,7 @@ from workers.inference.hf_batching import (
     resolve_dtype,
     sampling_kwargs,
 )
-from workers.inference.hf_engine import finish_reason
+from workers.inference.engines.hf_engine import finish_reason
 
 # A byte-level vocabulary: "é" (2 bytes) and "日" (3 bytes) split over several tokens.
 BYTES = {0: b"Ca", 1: b"f", 2: b"\xc3", 3: b"\xa9", 4: b" ", 5: b"\xe6", 6: b"\x97", 7: b"\xa5"}

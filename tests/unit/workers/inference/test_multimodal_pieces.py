@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from schemas.events import Message, Role
-from workers.inference.engine import EngineError
-from workers.inference.image_budget import ImageBudget
-from workers.inference.image_cache import ImageCache
-from workers.inference.placeholders import NEUTRALISED, bind_images
+from workers.inference.engines.engine import EngineError
+from workers.inference.images.image_budget import ImageBudget
+from workers.inference.images.image_cache import ImageCache
+from workers.inference.images.placeholders import NEUTRALISED, bind_images
 
 
 def test_placeholders_of_the_query_become_image_tokens_and_history_stays_text():

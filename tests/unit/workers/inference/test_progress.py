@@ -1,6 +1,6 @@
 from harness.factories import submitted
 from schemas.events import FinishReason, TurnSubmitted
-from workers.inference.engine import GenerationDelta
+from workers.inference.engines.engine import GenerationDelta
 from workers.inference.progress import TurnProgress
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from harness.factories import submitted
 from schemas.events import FinishReason, SpeechSettings, SpeechText
-from workers.inference.speech_feed import SpeechFeed
-from workers.inference.speech_segments import SegmenterConfig
+from workers.inference.speech.feed import SpeechFeed
+from workers.inference.speech.segments import SegmenterConfig
 
 ANSWER = "Hello there, my friend. How are you doing today? I am fine, thanks"
 

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from workers.inference.speech_segments import SegmenterConfig, TextSegment, TextSegmenter
+from workers.inference.speech.segments import SegmenterConfig, TextSegment, TextSegmenter
 
 
 def segments_of(chunks: list[str], config: SegmenterConfig) -> list[TextSegment]:

@@ -15,9 +15,9 @@ from schemas.codec import decode, encode
 from schemas.events import DecodingParams, Message, Role, WorkerMetrics
 from schemas.ids import now_ms
 from schemas.topics import REGISTRY, WORKERS_METRICS
-from workers.inference.engine import GenerationRequest
-from workers.inference.engine_stats import EngineMeter, EngineSnapshot
-from workers.inference.fake_engine import FakeEngine
+from workers.inference.engines.engine import GenerationRequest
+from workers.inference.engines.engine_stats import EngineMeter, EngineSnapshot
+from workers.inference.engines.fake_engine import FakeEngine
 from workers.inference.gauges import TurnGauges
 from workers.inference.metrics import QUIET_HEARTBEAT_S, MetricsPublisher
 from workers.sink.rows import WORKER_METRICS_COLUMNS, RowRejected, worker_metrics_row

@@ -3,7 +3,7 @@
 The model is recurrent, so each connection's voice loop has its own instance (~57 ms to make,
 ~10 MB), created when the loop first hears audio; scoring is ~0.1 ms per 32 ms frame, cheap
 enough to run inline on the edge's loop. The rules that turn scores into turns are pure, in
-`ws_edge.voice_loop`.
+`ws_edge.voice.loop`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import ctypes
 
 import numpy as np
 
-from ws_edge.voice_loop import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
+from ws_edge.voice.loop import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
 
 
 class SpeechDetector:

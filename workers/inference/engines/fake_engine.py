@@ -21,8 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from schemas.events import FinishReason, Role
 from schemas.prefix import message_chain, prefix_lengths
-from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
-from workers.inference.engine_stats import EngineSnapshot
+from workers.inference.engines.engine import EngineError, GenerationDelta, GenerationRequest
+from workers.inference.engines.engine_stats import EngineSnapshot
 
 CHARS_PER_TOKEN = 4
 

@@ -36,10 +36,10 @@ from typing import Any
 
 from schemas.events import FinishReason
 from workers.inference.chat_prompt import render_prompt
-from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
-from workers.inference.engine_profile import EngineProfile, Target
-from workers.inference.engine_stats import EngineMeter, EngineSnapshot
-from workers.inference.placeholders import bind_images
+from workers.inference.engines.engine import EngineError, GenerationDelta, GenerationRequest
+from workers.inference.engines.engine_profile import EngineProfile, Target
+from workers.inference.engines.engine_stats import EngineMeter, EngineSnapshot
+from workers.inference.images.placeholders import bind_images
 
 _FINISH = {
     "stop": FinishReason.STOP,

@@ -39,9 +39,9 @@ import numpy as np
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from stream_jobs.assembly.cache_rules import normalise_query, query_digest
-from stream_jobs.assembly.cache_scripts import HIT_SCRIPT, REMOVE_SCRIPT, STORE_SCRIPT
-from stream_jobs.assembly.cache_vectors import DIM, VectorRows, best_matches, unit
+from stream_jobs.assembly.cache.rules import normalise_query, query_digest
+from stream_jobs.assembly.cache.scripts import HIT_SCRIPT, REMOVE_SCRIPT, STORE_SCRIPT
+from stream_jobs.assembly.cache.vectors import DIM, VectorRows, best_matches, unit
 from stream_jobs.errors import StreamJobError
 
 DEFAULT_THRESHOLD = 0.96

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("turnstream.assembly")
 
-DEFAULT_RULES = Path(__file__).resolve().parent / "router_rules.json"
+DEFAULT_RULES = Path(__file__).resolve().parent / "rules.json"
 
 Embed = Callable[[list[str]], np.ndarray]
 """Texts → one L2-normalised row per text."""

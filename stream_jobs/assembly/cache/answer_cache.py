@@ -22,8 +22,13 @@ import numpy as np
 from redis.asyncio import Redis
 
 from schemas.events import FinishReason, TurnCompleted, TurnEnriched
-from stream_jobs.assembly.cache_rules import skip_reason
-from stream_jobs.assembly.semantic_cache import CacheError, CacheHit, MiniLMEmbedder, SemanticCache
+from stream_jobs.assembly.cache.rules import skip_reason
+from stream_jobs.assembly.cache.semantic_cache import (
+    CacheError,
+    CacheHit,
+    MiniLMEmbedder,
+    SemanticCache,
+)
 
 log = logging.getLogger("turnstream.assembly.cache")
 

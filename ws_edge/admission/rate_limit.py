@@ -27,9 +27,9 @@ from typing import Literal
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from ws_edge.admission.tiers import TierLimits
 from ws_edge.auth import TENANT_ID
 from ws_edge.errors import RateLimited, RateLimitUnavailable
-from ws_edge.tiers import TierLimits
 
 Reason = Literal["requests", "tokens"]
 _REASONS: dict[int, Reason] = {1: "requests", 2: "tokens"}

@@ -27,9 +27,9 @@ from typing import Any
 from schemas.events import DecodingParams, FinishReason
 from workers.inference.chat_prompt import render_prompt
 from workers.inference.detokenize import IncrementalDetokenizer
-from workers.inference.engine import EngineError, GenerationDelta, GenerationRequest
-from workers.inference.engine_stats import EngineMeter, EngineSnapshot
-from workers.inference.hf_batching import (
+from workers.inference.engines.engine import EngineError, GenerationDelta, GenerationRequest
+from workers.inference.engines.engine_stats import EngineMeter, EngineSnapshot
+from workers.inference.engines.hf_batching import (
     BatchingConfigError,
     TransformersOptions,
     eos_ids,

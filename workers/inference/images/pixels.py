@@ -9,8 +9,8 @@ import numpy as np
 
 from runtime.blobs import BlobStore
 from schemas.events import ImageInput
-from workers.inference.engine import EngineError
-from workers.inference.image_cache import ImageCache
+from workers.inference.engines.engine import EngineError
+from workers.inference.images.image_cache import ImageCache
 from workers.runtime.retry import retry_transient
 from workers.runtime.tensors import tensor_from_bytes
 

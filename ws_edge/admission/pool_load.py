@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from runtime.state_board import read_states
 from schemas.channels import RedisNames
 from schemas.worker_state import fresh
-from ws_edge.overload import LoadSignal
+from ws_edge.admission.overload import LoadSignal
 
 log = logging.getLogger("turnstream.edge.load")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from schemas.events import DecodingParams, FinishReason, ImageInput, Message
-from workers.inference.engine_profile import EngineProfile
-from workers.inference.engine_stats import EngineSnapshot
+from workers.inference.engines.engine_profile import EngineProfile
+from workers.inference.engines.engine_stats import EngineSnapshot
 from workers.inference.errors import InferenceError
 
 

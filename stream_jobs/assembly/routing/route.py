@@ -23,9 +23,9 @@ from typing import Protocol
 from schemas.events import Message, Route
 from schemas.prefix import message_chain, prefix_lengths
 from schemas.worker_state import WorkerState, fresh
-from stream_jobs.assembly.endpoint_picker import EndpointPicker
-from stream_jobs.assembly.semantic_router import RouteDecision as Intent
-from stream_jobs.assembly.worker_board import WorkerBoard
+from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.routing.semantic_router import RouteDecision as Intent
+from stream_jobs.assembly.routing.worker_board import WorkerBoard
 
 IMAGE_POOL = "imagegen"  # the image workers' board and route (not an inference pool)
 

@@ -2,7 +2,7 @@
 
 The feed sees exactly what the user is shown (after the safety check's hold-back), so speech
 never says what the screen does not; pieces are cut at punctuation every 10-20 characters
-(`workers.inference.speech_segments`) so the first audio comes after the first clause, not the whole
+(`workers.inference.speech.segments`) so the first audio comes after the first clause, not the whole
 answer. The last piece is `final`: after it, the TTS worker tells the edge speech ended.
 An answer that ends early (cancel, barge-in, safety cut, error) drops what was not sent yet.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from schemas.events import FinishReason, SpeechSettings, SpeechText, TurnSubmitted
-from workers.inference.speech_segments import SegmenterConfig, TextSegment, TextSegmenter
+from workers.inference.speech.segments import SegmenterConfig, TextSegment, TextSegmenter
 
 SPOKEN_TO_THE_END = frozenset({FinishReason.STOP, FinishReason.LENGTH})
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ws_edge.tiers import TierLimits
+from ws_edge.admission.tiers import TierLimits
 
 OVERLOADED = "overloaded"
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from schemas.events import Message, Role
-from workers.inference.engine import EngineError
+from workers.inference.engines.engine import EngineError
 
 _PLACEHOLDER = re.compile(r"<image_(\d+)>")
 NEUTRALISED = "[image]"

@@ -17,11 +17,11 @@ import logging
 import msgspec
 
 from schemas.events import TurnCompleted, TurnSubmitted
+from ws_edge.admission.overload import Degrade, Reject, decide
+from ws_edge.admission.pool_load import PoolLoad
+from ws_edge.admission.rate_limit import RateLimiter
+from ws_edge.admission.tiers import TenantRegistry
 from ws_edge.errors import Overloaded, RateLimitUnavailable
-from ws_edge.overload import Degrade, Reject, decide
-from ws_edge.pool_load import PoolLoad
-from ws_edge.rate_limit import RateLimiter
-from ws_edge.tiers import TenantRegistry
 
 log = logging.getLogger("turnstream.edge.admission")
 

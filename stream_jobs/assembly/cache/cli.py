@@ -1,9 +1,9 @@
-"""`python -m stream_jobs.assembly.cache_cli`: look at and correct a tenant's semantic cache.
+"""`python -m stream_jobs.assembly.cache.cli`: look at and correct a tenant's semantic cache.
 
-    python -m stream_jobs.assembly.cache_cli stats acme          # hit rate, entries, stores
-    python -m stream_jobs.assembly.cache_cli find acme "What is the capital of France?"
-    python -m stream_jobs.assembly.cache_cli invalidate acme <entry id>
-    python -m stream_jobs.assembly.cache_cli clear acme          # every entry of the tenant
+    python -m stream_jobs.assembly.cache.cli stats acme          # hit rate, entries, stores
+    python -m stream_jobs.assembly.cache.cli find acme "What is the capital of France?"
+    python -m stream_jobs.assembly.cache.cli invalidate acme <entry id>
+    python -m stream_jobs.assembly.cache.cli clear acme          # every entry of the tenant
 
 `find` shows the entry a question would be answered from (exact repeat or paraphrase; it
 counts as one lookup in the stats), so
@@ -19,7 +19,7 @@ import asyncio
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.channels import RedisNames
-from stream_jobs.assembly.semantic_cache import MiniLMEmbedder, SemanticCache
+from stream_jobs.assembly.cache.semantic_cache import MiniLMEmbedder, SemanticCache
 
 
 async def run(cache: SemanticCache, action: str, tenant: str, subject: str | None) -> str:
@@ -60,7 +60,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m stream_jobs.assembly.cache_cli")
+    parser = argparse.ArgumentParser(prog="python -m stream_jobs.assembly.cache.cli")
     parser.add_argument("action", choices=["stats", "find", "invalidate", "clear"])
     parser.add_argument("tenant")
     parser.add_argument("subject", nargs="?", help="the question (find) or entry id")

@@ -3,7 +3,7 @@
 Speculative decoding, quantised weights, tensor parallelism and the batch/sequence limits
 change an engine's speed and memory, never its meaning, so they are settings of a deployment
 rather than of a request. They live here, apart from any engine module, so that every
-backend (vLLM in `workers/inference/vllm_engine.py`, a transformers backend) reads the same
+backend (vLLM in `workers/inference/engines/vllm_engine.py`, a transformers backend) reads the same
 frozen `EngineProfile` and refuses the same unsupported combinations with the same
 `SettingsError`, and so that every turn's trace can say which options answered it
 (`EngineProfile.tag`, carried by `turn.completed` into ClickHouse `traces.engine_options`).

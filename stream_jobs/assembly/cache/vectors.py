@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stream_jobs.assembly.cache_rules import conflicting
+from stream_jobs.assembly.cache.rules import conflicting
 
 DIM = 384  # all-MiniLM-L6-v2
 CANDIDATES_TRIED = 3  # above-threshold entries confirmed in Redis before calling it a miss

@@ -1,0 +1,1 @@
+"""Who gets in: tiers, token buckets per tenant, the pools' load and overload refusals."""
