@@ -23,7 +23,11 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from flywheel.gate import GateConfig, check_inputs, compare, load_run, load_set, rollup, score_runs
+from flywheel.gate.compare import compare
+from flywheel.gate.inputs import check_inputs, load_run, load_set
+from flywheel.gate.outcome import score_runs
+from flywheel.gate.rollup import rollup
+from flywheel.gate.rules import GateConfig
 from flywheel.scoring import Embedder, normalise
 from schemas.flywheel import (
     Candidate,

@@ -8,3 +8,9 @@ from schemas.errors import TurnstreamError
 
 class FlywheelError(TurnstreamError):
     code = "flywheel_error"
+
+
+class GateInputError(FlywheelError):
+    """Input the gate cannot judge (exit 2); the message says which file and why."""
+
+    code = "gate_bad_input"

@@ -9,7 +9,7 @@ Three tools meet through these shapes, so each can be built, tested and rerun on
   isolated namespace against a candidate configuration and writes
   `<runs>/<run_id>/run.json` (`RunManifest`) + `results.jsonl` (`TurnResult`s), while every
   replayed trace lands in ClickHouse tagged with the run id;
-- scoring and the quality gate (`flywheel/gate.py`) read two runs' results (a
+- scoring and the quality gate (`flywheel/gate/`) read two runs' results (a
   baseline and a candidate), score each turn against its item, and decide.
 
 Files are JSON Lines encoded by msgspec: strict on read (unknown fields are errors), so a

@@ -13,30 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flywheel.gate import (
-    FAIL,
-    INFO,
-    METRIC_BY_NAME,
-    NA,
-    PASS,
-    WARN,
-    EvalSet,
-    GateConfig,
-    GateInputError,
-    Rule,
-    Run,
-    aggregate,
-    aggregate_rows,
-    check_inputs,
-    config_as_dict,
-    evaluate,
-    format_table,
-    judge_verdict,
-    load_config,
-    paired_bootstrap_p,
-    parse_config,
-    rollup,
-)
+from flywheel.errors import GateInputError
+from flywheel.gate.compare import FAIL, INFO, NA, PASS, WARN, judge_verdict
+from flywheel.gate.inputs import EvalSet, Run, check_inputs
+from flywheel.gate.metrics import METRIC_BY_NAME, aggregate, aggregate_rows, paired_bootstrap_p
+from flywheel.gate.outcome import evaluate
+from flywheel.gate.rollup import rollup
+from flywheel.gate.rules import GateConfig, Rule, config_as_dict, load_config, parse_config
+from flywheel.gate.table import format_table
 from flywheel.scoring import TurnScore
 from schemas.flywheel import (
     Candidate,

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from flywheel.gate import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_PASS, main
+from flywheel.gate.cli import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_PASS, main
 from flywheel.scoring import Grade
 from schemas.flywheel import (
     Candidate,

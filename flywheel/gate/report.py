@@ -16,7 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from flywheel.gate import FAIL, WARN, GateOutcome, ItemScore, Row, fmt_delta, fmt_value
+from flywheel.gate.compare import FAIL, WARN, Row
+from flywheel.gate.outcome import GateOutcome
+from flywheel.gate.rollup import ItemScore
+from flywheel.gate.table import fmt_delta, fmt_value
 from schemas.stats import percentile
 
 BASE_COLOUR, CAND_COLOUR = "#4c72b0", "#dd8452"
