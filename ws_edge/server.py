@@ -46,6 +46,18 @@ from schemas.events import (
 from schemas.ids import now_ms
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
 from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
+from ws_edge.actions import (
+    Action,
+    Close,
+    DetectSpeech,
+    DropAudio,
+    GiveFeedback,
+    PublishTruncation,
+    RequestCancel,
+    ResumeTurn,
+    Send,
+    SubmitTurn,
+)
 from ws_edge.admission.admit import AdmissionControl
 from ws_edge.admission.pool_load import PoolLoad
 from ws_edge.admission.rate_limit import RateLimiter
@@ -69,21 +81,7 @@ from ws_edge.messages import (
 )
 from ws_edge.outbox import Outbox, OutboxOverflow
 from ws_edge.relay import RelaySubscriber
-from ws_edge.session import (
-    Action,
-    Close,
-    DetectSpeech,
-    DropAudio,
-    GiveFeedback,
-    PublishTruncation,
-    RequestCancel,
-    ResumeTurn,
-    Send,
-    Session,
-    SessionLimits,
-    SubmitTurn,
-    error_event,
-)
+from ws_edge.session import Session, SessionLimits, error_event
 from ws_edge.voice.loop import VadRules
 from ws_edge.voice.speech_detector import SpeechDetector
 from ws_edge.web_assets import process_request

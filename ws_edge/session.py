@@ -32,7 +32,6 @@ from schemas.events import (
     AnyEvent,
     DecodingParams,
     ErrorInfo,
-    FeedbackKind,
     ImageGenerated,
     ImageProgress,
     InputTranscribed,
@@ -43,10 +42,18 @@ from schemas.events import (
     TurnCompleted,
     TurnStarted,
     TurnSubmitted,
-    TurnTruncated,
 )
 from schemas.events import ImageOptions as ImageRequest
 from schemas.turn_log import START, LogPosition, ResumePlan
+from ws_edge.actions import (
+    Action,
+    Close,
+    GiveFeedback,
+    RequestCancel,
+    ResumeTurn,
+    Send,
+    SubmitTurn,
+)
 from ws_edge.auth import Principal, verify_token
 from ws_edge.errors import (
     AuthError,
@@ -58,21 +65,18 @@ from ws_edge.errors import (
     UnknownMessageType,
     UnknownTurn,
 )
-from ws_edge.media import AudioBuffers, MediaLimits, Upload, decode_base64, turn_content
+from ws_edge.media import AudioBuffers, MediaLimits, turn_content
 from ws_edge.messages import (
     CLIENT_TYPES,
     MEDIA_TYPES,
     AnyClientMessage,
     AppendAudio,
-    AudioPart,
     Authenticate,
     CancelTurn,
     ClearAudio,
     CreateTurn,
     ErrorEvent,
     Feedback,
-    InputSpeechStarted,
-    InputSpeechStopped,
     InputTranscript,
     InterruptTurn,
     Ping,
@@ -87,124 +91,25 @@ from ws_edge.messages import (
     ResponseResumed,
     ResponseRetracted,
     ResponseStarted,
-    ResponseTruncated,
     ResumeResponse,
-    ServerEvent,
     SessionReady,
     SessionUpdate,
-    SessionUpdated,
-    SpeechOptions,
     TurnAccepted,
     TurnDetection,
     client_decoder,
 )
+from ws_edge.route import Route
 from ws_edge.voice.audio_timeline import AudioTimeline
 from ws_edge.voice.loop import (
-    BargeIn,
-    SpeechEnded,
-    SpeechPaused,
-    SpeechResumed,
-    SpeechStarted,
     VadRules,
-    VoiceEvent,
     VoiceLoop,
 )
+from ws_edge.voice.turns import VoiceTurns
 
 MAX_AUTH_FAILURES = 3
 MAX_PLAYED = 4  # spoken answers kept interruptible after their last frame
 CLOSE_POLICY_VIOLATION = 4401
 _TURN_ID_NAMESPACE = uuid.UUID("6f1b9a52-3c8e-4d1a-9a57-2b8e0c1d7f10")
-
-
-# ---- actions the shell carries out ---------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Send:
-    event: ServerEvent
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitTurn:
-    """Store the turn's media, claim the conversation for the principal, publish the turn,
-    report back."""
-
-    turn: TurnSubmitted
-    owner: str
-    uploads: tuple[Upload, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RequestCancel:
-    """Stop the turn everywhere: generation, speech (control channel + marker)."""
-
-    turn_id: str
-    conversation_id: str
-    reason: str = "user"
-
-
-@dataclass(frozen=True, slots=True)
-class PublishTruncation:
-    """Record a barge-in's truncation (Kafka), so the history keeps only what was heard."""
-
-    event: TurnTruncated
-
-
-@dataclass(frozen=True, slots=True)
-class DropAudio:
-    """Drop the turn's audio frames still queued for the client."""
-
-    turn_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class DetectSpeech:
-    """Score these whole 32 ms frames of the voice loop's stream with the VAD model, then
-    hand the scores to `Session.voice_activity`."""
-
-    stream_id: str
-    frames: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class GiveFeedback:
-    """Check that the turn is the principal's (from its recorded outcome), then publish the
-    feedback and confirm it; otherwise answer `unknown_turn`."""
-
-    turn_id: str
-    kind: FeedbackKind
-    comment: str
-    tenant_id: str
-    user_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class ResumeTurn:
-    """Find the turn a `response.resume` names (by id, or its conversation's latest), check
-    that it is `owner`'s, then `resume_found` and read its log after `after`."""
-
-    turn_id: str | None
-    conversation_id: str | None
-    after: LogPosition
-    owner: str
-    tenant_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    code: int
-    reason: str
-
-
-Action = (
-    Send
-    | SubmitTurn
-    | RequestCancel
-    | GiveFeedback
-    | Close
-    | PublishTruncation
-    | DropAudio
-    | DetectSpeech
-    | ResumeTurn
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,30 +122,6 @@ class SessionLimits:
     max_media_message_bytes: int = 16 * 1024 * 1024  # turn.create / audio.append frames
     voices: tuple[str, ...] = ("joe", "espeak")  # what the TTS workers offer
     vad: VadRules = field(default_factory=VadRules)
-
-
-@dataclass(slots=True)
-class _Route:
-    conversation_id: str
-    client_turn_id: str | None = None
-    accepted: bool = False
-    held: list[tuple[AnyEvent, LogPosition | None]] = field(default_factory=list)
-    position: LogPosition | None = None  # of the last logged frame handled (resume, dedup)
-    resuming: LogPosition | None = None  # a resume's position, until its log is read
-    attempt: str | None = None  # the answer being streamed now
-    last_seq: int = -1
-    shown_chars: int = 0  # characters of the current attempt's deltas sent to the client
-    speech: bool = False  # the answer is spoken too: the route lasts until its audio ends
-    text_done: bool = False  # response.done sent
-    audio_done: bool = False  # response.audio.done sent
-    interrupted: bool = False
-    timeline: AudioTimeline = field(default_factory=AudioTimeline)
-    first_audio_ms: float | None = None  # when its first audio left (playback estimate)
-    # the voice loop started it on a guess that the user stopped talking: nothing of it
-    # reaches the client until the guess is confirmed; `withdrawn` when it proved wrong
-    speculative: bool = False
-    withdrawn: bool = False
-    carried: list[Truncation] = field(default_factory=list)  # its turn's `truncates`
 
 
 class _Envelope(msgspec.Struct):
@@ -274,7 +155,7 @@ def turn_id_for(principal: Principal, conversation_id: str, client_turn_id: str 
     return uuid.uuid5(_TURN_ID_NAMESPACE, name).hex
 
 
-class Session:
+class Session(VoiceTurns):
     def __init__(
         self,
         *,
@@ -294,7 +175,7 @@ class Session:
         self.principal: Principal | None = None
         self._identity: str | None = None  # the first principal's owner, for renewals
         self._auth_failures = 0
-        self._routes: dict[str, _Route] = {}
+        self._routes: dict[str, Route] = {}
         # One publish in flight per conversation, the rest wait here in order, so Kafka
         # receives a conversation's turns in the order the client sent them.
         self._publishing: dict[str, str] = {}
@@ -309,7 +190,7 @@ class Session:
         self._speculative: str | None = None  # the voice loop's turn started on a guess
         # spoken answers whose audio was all sent but may still be playing: a barge-in can
         # still cut them (the client plays in real time; TTS runs faster)
-        self._played: dict[str, _Route] = {}
+        self._played: dict[str, Route] = {}
 
     # ---- inputs ------------------------------------------------------------------------------
     def open(self, token: str | None) -> list[Action]:
@@ -340,7 +221,7 @@ class Session:
         actions = [] if route.speculative or route.withdrawn else self._announce(turn_id, route)
         return actions + self._next_submit(route.conversation_id)
 
-    def _announce(self, turn_id: str, route: _Route) -> list[Action]:
+    def _announce(self, turn_id: str, route: Route) -> list[Action]:
         """`turn.accepted`, then the frames that came before it."""
         actions: list[Action] = [
             Send(TurnAccepted(turn_id, route.conversation_id, route.client_turn_id))
@@ -472,7 +353,7 @@ class Session:
         return []
 
     @staticmethod
-    def _image_progress(route: _Route, event: ImageProgress) -> list[Action]:
+    def _image_progress(route: Route, event: ImageProgress) -> list[Action]:
         """A step of a picture's generation (not logged: a resumed client gets the picture,
         not the steps it missed)."""
         if route.interrupted or (route.attempt is not None and event.attempt != route.attempt):
@@ -490,7 +371,7 @@ class Session:
         )
         return [Send(progress)]
 
-    def _audio_frame(self, route: _Route, event: SpeechAudio) -> list[Action]:
+    def _audio_frame(self, route: Route, event: SpeechAudio) -> list[Action]:
         if route.interrupted or route.audio_done:
             return []
         if route.attempt is not None and event.attempt != route.attempt:
@@ -518,7 +399,7 @@ class Session:
         return actions
 
     def _end_audio(
-        self, route: _Route, turn_id: str, reason: str, error: ErrorInfo | None = None
+        self, route: Route, turn_id: str, reason: str, error: ErrorInfo | None = None
     ) -> list[Action]:
         route.audio_done = True
         if route.text_done:
@@ -541,7 +422,7 @@ class Session:
             if turn_id in self._routes:
                 raise InvalidMessage(f"turn {turn_id!r} is already streaming in this session")
             self._check_room()
-            self._routes[turn_id] = _Route(conversation_id, accepted=True, resuming=after)
+            self._routes[turn_id] = Route(conversation_id, accepted=True, resuming=after)
             return []
 
         return self._answering_errors(open_route, None)
@@ -617,7 +498,7 @@ class Session:
         return route is not None and route.speech and route.text_done and not route.audio_done
 
     @staticmethod
-    def _new_attempt(route: _Route, turn_id: str, attempt: str, epoch: int | None) -> list[Action]:
+    def _new_attempt(route: Route, turn_id: str, attempt: str, epoch: int | None) -> list[Action]:
         """A worker starts (or restarts) the answer. A second attempt means the first
         worker died mid-answer and Kafka redelivered the turn: the client must drop what
         it showed, and the new attempt's chunks count from seq 0 again."""
@@ -750,223 +631,6 @@ class Session:
             )
         ]
 
-    # ---- speech ------------------------------------------------------------------------------
-    def _update(self, msg: SessionUpdate) -> list[Action]:
-        actions: list[Action] = []
-        if msg.speech is not msgspec.UNSET:
-            self._speech = self._speech_settings(msg.speech)
-        if msg.turn_detection is not msgspec.UNSET:
-            detection = msg.turn_detection
-            if detection != self._detection:
-                actions += self._withdraw()  # a guess of the old loop is void
-            if detection is not None and (
-                self._detection is None or detection.stream_id != self._detection.stream_id
-            ):
-                self._voice_loop = VoiceLoop(self._limits.vad)
-                self._audio.clear(detection.stream_id)
-            elif detection is None:
-                self._voice_loop = None
-            self._detection = detection
-        speech = SpeechOptions(self._speech.voice) if self._speech is not None else None
-        return [*actions, Send(SessionUpdated(speech, self._detection, list(self._limits.voices)))]
-
-    def _speech_settings(self, options: SpeechOptions | None) -> SpeechSettings | None:
-        if options is None:
-            return None
-        voice = options.voice.strip().lower()
-        if voice not in self._limits.voices:
-            raise InvalidMessage(
-                f"unknown voice {options.voice!r}; this deployment offers "
-                f"{', '.join(self._limits.voices)}",
-                code="unknown_voice",
-            )
-        return SpeechSettings(voice=voice)
-
-    def _interrupt(
-        self, turn_id: str, route: _Route, audio_end_ms: float | None, reason: str
-    ) -> list[Action]:
-        """Stop an answer everywhere and keep in the history what the user heard."""
-        if route.interrupted:
-            return []
-        route.interrupted = True
-        self._played.pop(turn_id, None)
-        actions: list[Action] = [DropAudio(turn_id)]
-        if not (route.text_done and route.audio_done):  # generation or speech still running
-            actions.append(RequestCancel(turn_id, route.conversation_id, reason))
-        if route.speech and not route.audio_done:
-            route.audio_done = True
-            actions.append(Send(ResponseAudioDone(turn_id, "interrupted")))
-        if route.speech and self.principal is not None:
-            played = self._played_ms(route) if audio_end_ms is None else audio_end_ms
-            played = min(played, route.timeline.total_ms)
-            truncation = Truncation(turn_id, route.timeline.heard(played), round(played, 3))
-            self._truncations.setdefault(route.conversation_id, []).append(truncation)
-            actions.append(
-                Send(ResponseTruncated(turn_id, truncation.audio_end_ms, truncation.text))
-            )
-            actions += self._record_truncation(route, truncation, reason)
-        if route.text_done:
-            self._close(turn_id)
-        return actions
-
-    def _played_ms(self, route: _Route) -> float:
-        """The edge's estimate of how far playback got: since the first audio left, real time
-        (a client plays at 1x), never past the audio it was sent."""
-        if route.first_audio_ms is None:
-            return 0.0
-        return max(0.0, self._clock_ms() - route.first_audio_ms)
-
-    def _speaking(self) -> list[tuple[str, _Route]]:
-        """Answers whose voice the user may be hearing now: audio still coming, or sent and
-        (by the real-time estimate) still playing."""
-        speaking = [
-            (turn_id, r)
-            for turn_id, r in self._routes.items()
-            if r.speech and not (r.interrupted or r.audio_done or r.speculative or r.withdrawn)
-        ]
-        self._forget_played()
-        return speaking + list(self._played.items())
-
-    def _forget_played(self) -> None:
-        """Drop the answers that (by the real-time estimate) finished playing: nothing is
-        left of them to cut."""
-        for turn_id, r in list(self._played.items()):
-            if r.first_audio_ms is None or self._played_ms(r) >= r.timeline.total_ms:
-                del self._played[turn_id]
-
-    def _listen(self, msg: AppendAudio) -> list[Action]:
-        assert self._voice_loop is not None
-        pcm = decode_base64(msg.data, "audio.append")
-        if len(pcm) % 2:
-            raise InvalidMessage("audio.append: PCM16 audio has an even number of bytes")
-        frames = self._voice_loop.append(pcm)
-        return [DetectSpeech(msg.stream_id, frames)] if frames else []
-
-    def voice_activity(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
-        """Scores of the frames a `DetectSpeech` asked for: speech starts, barge-ins, turns."""
-        return self._answering_errors(lambda _: self._voice_events(stream_id, frames, probs), None)
-
-    def _voice_events(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
-        loop, detection = self._voice_loop, self._detection
-        if loop is None or detection is None or detection.stream_id != stream_id:
-            return []  # the loop was turned off meanwhile
-        actions: list[Action] = []
-        speaking = self._speaking()
-        for event in loop.scored(frames, probs, assistant_speaking=bool(speaking)):
-            # each event on its own: a refused utterance must not drop a barge-in's actions
-            actions += self._answering_errors(self._voice_event, (stream_id, detection, event))
-        return actions
-
-    def _voice_event(self, args: tuple[str, TurnDetection, VoiceEvent]) -> list[Action]:
-        stream_id, detection, event = args
-        match event:
-            case SpeechStarted(at_ms):
-                return [Send(InputSpeechStarted(stream_id, at_ms))]
-            case BargeIn():
-                actions: list[Action] = []
-                for turn_id, route in self._speaking():
-                    actions += self._interrupt(turn_id, route, None, "barge_in")
-                return actions
-            case SpeechPaused():
-                try:
-                    return self._speculate(detection, event)
-                except EdgeError:  # a guess is best effort: the utterance's end decides
-                    return []
-            case SpeechResumed():
-                return self._withdraw()
-            case SpeechEnded() if event.backchannel:
-                return [Send(InputSpeechStopped(stream_id, event.end_ms, ignored="backchannel"))]
-            case SpeechEnded():
-                confirmed = self._confirm(detection, event)
-                if confirmed is not None:
-                    return confirmed
-                return self._utterance_turn(detection, event)
-        return []
-
-    def _withdrawn_count(self) -> int:
-        """Withdrawn guesses still closing (they do not count as the user's open turns)."""
-        return sum(r.withdrawn for r in self._routes.values())
-
-    def _speculate(self, detection: TurnDetection, paused: SpeechPaused) -> list[Action]:
-        """Start answering the utterance so far, unseen until the silence rule confirms it.
-        Not while many wrong guesses are still closing (a user who pauses a lot): then the
-        silence rule alone decides."""
-        if self._withdrawn_count() >= self._limits.max_open_turns:
-            return []
-        actions = self._submit_utterance(detection, paused.pcm)
-        turn_id = next(reversed(self._routes))
-        self._routes[turn_id].speculative = True
-        self._speculative = turn_id
-        return actions
-
-    def _confirm(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action] | None:
-        """The guess was right: the client hears of the turn now, with what it produced."""
-        turn_id, self._speculative = self._speculative, None
-        route = self._routes.get(turn_id) if turn_id is not None else None
-        if route is None or not route.speculative:
-            return None  # refused meanwhile (or no guess): the utterance becomes a turn now
-        route.speculative = False
-        stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
-        announced = self._announce(turn_id, route) if route.accepted else []
-        return [Send(stopped), *announced]
-
-    def _withdraw(self) -> list[Action]:
-        """The user went on talking: the guessed turn is void (stopped, and kept out of the
-        history by a withdrawal the next turn carries); the utterance continues."""
-        turn_id, self._speculative = self._speculative, None
-        route = self._routes.get(turn_id) if turn_id is not None else None
-        if route is None:
-            return []
-        route.speculative, route.withdrawn = False, True
-        withdrawal = Truncation(turn_id, "", withdrawn=True)
-        self._give_back(route)
-        self._truncations.setdefault(route.conversation_id, []).append(withdrawal)
-        cancel = RequestCancel(turn_id, route.conversation_id, "withdrawn")
-        return [cancel, *self._record_truncation(route, withdrawal, "withdrawn")]
-
-    def _record_truncation(
-        self, route: _Route, truncation: Truncation, reason: str
-    ) -> list[Action]:
-        """Publish it (Kafka `turns.completed`); not when the token expired meanwhile (the
-        next turn still carries it)."""
-        if self.principal is None:
-            return []
-        event = TurnTruncated(
-            turn_id=truncation.turn_id,
-            conversation_id=route.conversation_id,
-            tenant_id=self.principal.tenant_id,
-            user_id=self.principal.user_id,
-            truncation=truncation,
-            reason=reason,
-            truncated_at_ms=self._clock_ms(),
-        )
-        return [PublishTruncation(event)]
-
-    def _give_back(self, route: _Route) -> None:
-        """A void guess returns the truncations it carried: the next turn carries them."""
-        pending = self._truncations.get(route.conversation_id, [])
-        if route.carried:
-            self._truncations[route.conversation_id] = [*route.carried, *pending]
-            route.carried = []
-
-    def _utterance_turn(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action]:
-        """An utterance of the voice loop becomes a turn, like a `turn.create` with audio."""
-        actions = self._submit_utterance(detection, ended.pcm)
-        turn_id = next(reversed(self._routes))  # the route it just opened
-        stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
-        return [Send(stopped), *actions]
-
-    def _submit_utterance(self, detection: TurnDetection, pcm: bytes) -> list[Action]:
-        if self.principal is None:  # expired while its audio was being scored
-            raise AuthError("token expired: send session.authenticate", code="token_expired")
-        self._audio.clear(detection.stream_id)
-        self._audio.append(detection.stream_id, base64.b64encode(pcm).decode())
-        msg = CreateTurn(
-            conversation_id=detection.conversation_id,
-            parts=[AudioPart(stream_id=detection.stream_id, format="pcm16", sample_rate=16000)],
-        )
-        return self._create_turn(self.principal, msg)
-
     def _create_turn(self, principal: Principal, msg: CreateTurn) -> list[Action]:
         self._check_room()
         turn_id = turn_id_for(principal, msg.conversation_id, msg.client_turn_id)
@@ -995,7 +659,7 @@ class Session:
             truncates=self._truncations.pop(msg.conversation_id, []),
             image=_image_request(msg),
         )
-        route = _Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
+        route = Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
         route.carried = turn.truncates
         self._routes[turn_id] = route
         return self._queue_submit(SubmitTurn(turn, principal.owner, tuple(content.uploads)))

@@ -57,6 +57,18 @@ from schemas.events import (
 )
 from schemas.turn_log import LogPosition, ResumePlan
 from tests.unit.schemas.test_fuzz_codec import json_values, msgspec_strategy
+from ws_edge.actions import (
+    Action,
+    Close,
+    DetectSpeech,
+    DropAudio,
+    GiveFeedback,
+    PublishTruncation,
+    RequestCancel,
+    ResumeTurn,
+    Send,
+    SubmitTurn,
+)
 from ws_edge.auth import ISSUER, Principal, mint_token
 from ws_edge.errors import BrokerUnavailable, EdgeError, ForbiddenConversation, UnknownTurn
 from ws_edge.media import MediaLimits
@@ -72,21 +84,7 @@ from ws_edge.messages import (
     encode_server,
     server_decoder,
 )
-from ws_edge.session import (
-    MAX_AUTH_FAILURES,
-    Action,
-    Close,
-    DetectSpeech,
-    DropAudio,
-    GiveFeedback,
-    PublishTruncation,
-    RequestCancel,
-    ResumeTurn,
-    Send,
-    Session,
-    SessionLimits,
-    SubmitTurn,
-)
+from ws_edge.session import MAX_AUTH_FAILURES, Session, SessionLimits
 from ws_edge.voice.loop import FRAME_BYTES
 
 EXAMPLES = int(os.environ.get("TURNSTREAM_FUZZ_EXAMPLES", "200"))

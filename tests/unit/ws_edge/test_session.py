@@ -5,6 +5,7 @@ import pytest
 
 from harness.factories import completed
 from schemas.events import TokenChunk, TurnStarted
+from ws_edge.actions import Close, RequestCancel, Send, SubmitTurn
 from ws_edge.auth import mint_token
 from ws_edge.errors import BrokerUnavailable
 from ws_edge.media import MediaLimits
@@ -17,16 +18,7 @@ from ws_edge.messages import (
     SessionReady,
     TurnAccepted,
 )
-from ws_edge.session import (
-    MAX_AUTH_FAILURES,
-    Close,
-    RequestCancel,
-    Send,
-    Session,
-    SessionLimits,
-    SubmitTurn,
-    turn_id_for,
-)
+from ws_edge.session import MAX_AUTH_FAILURES, Session, SessionLimits, turn_id_for
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 
@@ -338,7 +330,7 @@ def test_a_renewed_token_must_name_the_same_user():
 
 
 def test_feedback_names_the_principal_for_the_shell_to_check():
-    from ws_edge.session import GiveFeedback
+    from ws_edge.actions import GiveFeedback
 
     session = authed()
     [action] = session.receive(frame(type="feedback", turn_id="t1", kind="thumbs_up"))

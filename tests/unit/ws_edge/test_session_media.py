@@ -5,10 +5,11 @@ from base64 import b64encode
 from runtime.blobs import sha256_hex
 from schemas.events import InputTranscribed, MediaKind, TranscriptSegment
 from tests.unit.ws_edge.test_session import SECRET, authed, frame, only_error
+from ws_edge.actions import Send, SubmitTurn
 from ws_edge.auth import mint_token
 from ws_edge.media import MediaLimits
 from ws_edge.messages import InputTranscript
-from ws_edge.session import Send, Session, SessionLimits, SubmitTurn
+from ws_edge.session import Session, SessionLimits
 
 PNG = b"\x89PNG\r\n\x1a\n fake but the edge does not decode"
 

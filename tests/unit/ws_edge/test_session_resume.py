@@ -5,6 +5,7 @@ from harness.factories import completed
 from schemas.events import TokenChunk, TurnStarted
 from schemas.turn_log import START, LogPosition, ResumePlan
 from tests.unit.ws_edge.test_session import authed, frame, make_session, only_error
+from ws_edge.actions import ResumeTurn, Send
 from ws_edge.errors import UnknownTurn
 from ws_edge.messages import (
     ResponseDelta,
@@ -13,7 +14,6 @@ from ws_edge.messages import (
     ResponseResumed,
     ResponseStarted,
 )
-from ws_edge.session import ResumeTurn, Send
 
 P = LogPosition
 

@@ -20,6 +20,14 @@ from schemas.events import (
     TurnTruncated,
 )
 from tests.unit.ws_edge.test_session import SECRET, frame, only_error
+from ws_edge.actions import (
+    DetectSpeech,
+    DropAudio,
+    PublishTruncation,
+    RequestCancel,
+    Send,
+    SubmitTurn,
+)
 from ws_edge.auth import mint_token
 from ws_edge.errors import BrokerUnavailable
 from ws_edge.media import Upload
@@ -38,16 +46,7 @@ from ws_edge.messages import (
     TurnAccepted,
     TurnDetection,
 )
-from ws_edge.session import (
-    DetectSpeech,
-    DropAudio,
-    PublishTruncation,
-    RequestCancel,
-    Send,
-    Session,
-    SessionLimits,
-    SubmitTurn,
-)
+from ws_edge.session import Session, SessionLimits
 from ws_edge.voice.loop import FRAME_BYTES, VadRules
 
 VOICES = ["joe", "espeak"]

@@ -36,10 +36,11 @@ from workers.imagegen.request import (
     turn_seed,
 )
 from workers.imagegen.service import prompt_check
+from ws_edge.actions import Send, SubmitTurn
 from ws_edge.auth import mint_token
 from ws_edge.media import MediaLimits
 from ws_edge.messages import ResponseImage, ResponseImageProgress
-from ws_edge.session import Send, Session, SessionLimits, SubmitTurn
+from ws_edge.session import Session, SessionLimits
 
 LIMITS = ImageLimits(width=512, height=512, steps=4, min_side=64, max_side=1024, max_steps=50)
 

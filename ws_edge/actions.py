@@ -1,0 +1,107 @@
+"""What the session asks its asyncio shell to do: send a frame, publish a turn, cancel one,
+record a truncation, drop or detect audio, pass on feedback, resume a turn, close."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.events import (
+    FeedbackKind,
+    TurnSubmitted,
+    TurnTruncated,
+)
+from schemas.turn_log import LogPosition
+from ws_edge.media import Upload
+from ws_edge.messages import (
+    ServerEvent,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    event: ServerEvent
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitTurn:
+    """Store the turn's media, claim the conversation for the principal, publish the turn,
+    report back."""
+
+    turn: TurnSubmitted
+    owner: str
+    uploads: tuple[Upload, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCancel:
+    """Stop the turn everywhere: generation, speech (control channel + marker)."""
+
+    turn_id: str
+    conversation_id: str
+    reason: str = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishTruncation:
+    """Record a barge-in's truncation (Kafka), so the history keeps only what was heard."""
+
+    event: TurnTruncated
+
+
+@dataclass(frozen=True, slots=True)
+class DropAudio:
+    """Drop the turn's audio frames still queued for the client."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DetectSpeech:
+    """Score these whole 32 ms frames of the voice loop's stream with the VAD model, then
+    hand the scores to `Session.voice_activity`."""
+
+    stream_id: str
+    frames: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GiveFeedback:
+    """Check that the turn is the principal's (from its recorded outcome), then publish the
+    feedback and confirm it; otherwise answer `unknown_turn`."""
+
+    turn_id: str
+    kind: FeedbackKind
+    comment: str
+    tenant_id: str
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeTurn:
+    """Find the turn a `response.resume` names (by id, or its conversation's latest), check
+    that it is `owner`'s, then `resume_found` and read its log after `after`."""
+
+    turn_id: str | None
+    conversation_id: str | None
+    after: LogPosition
+    owner: str
+    tenant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    code: int
+    reason: str
+
+
+Action = (
+    Send
+    | SubmitTurn
+    | RequestCancel
+    | GiveFeedback
+    | Close
+    | PublishTruncation
+    | DropAudio
+    | DetectSpeech
+    | ResumeTurn
+)

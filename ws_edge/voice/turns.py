@@ -1,0 +1,272 @@
+"""The voice half of the session: speech settings, listening to the client's audio, turns
+started on a guess that the user stopped talking (confirmed or withdrawn), barge-in that
+truncates the spoken answer where the user cut in, and the truthful history it leaves.
+
+A mixin of `ws_edge.session.Session`: it works on the session's routes and voice loop; the
+session owns the state and the text half of the protocol.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import msgspec
+
+from schemas.events import (
+    SpeechSettings,
+    Truncation,
+    TurnTruncated,
+)
+from ws_edge.actions import (
+    Action,
+    DetectSpeech,
+    DropAudio,
+    PublishTruncation,
+    RequestCancel,
+    Send,
+)
+from ws_edge.errors import (
+    AuthError,
+    EdgeError,
+    InvalidMessage,
+)
+from ws_edge.media import decode_base64
+from ws_edge.messages import (
+    AppendAudio,
+    AudioPart,
+    CreateTurn,
+    InputSpeechStarted,
+    InputSpeechStopped,
+    ResponseAudioDone,
+    ResponseTruncated,
+    SessionUpdate,
+    SessionUpdated,
+    SpeechOptions,
+    TurnDetection,
+)
+from ws_edge.route import Route
+from ws_edge.voice.loop import (
+    BargeIn,
+    SpeechEnded,
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    VoiceEvent,
+    VoiceLoop,
+)
+
+
+class VoiceTurns:
+    def _update(self, msg: SessionUpdate) -> list[Action]:
+        actions: list[Action] = []
+        if msg.speech is not msgspec.UNSET:
+            self._speech = self._speech_settings(msg.speech)
+        if msg.turn_detection is not msgspec.UNSET:
+            detection = msg.turn_detection
+            if detection != self._detection:
+                actions += self._withdraw()  # a guess of the old loop is void
+            if detection is not None and (
+                self._detection is None or detection.stream_id != self._detection.stream_id
+            ):
+                self._voice_loop = VoiceLoop(self._limits.vad)
+                self._audio.clear(detection.stream_id)
+            elif detection is None:
+                self._voice_loop = None
+            self._detection = detection
+        speech = SpeechOptions(self._speech.voice) if self._speech is not None else None
+        return [*actions, Send(SessionUpdated(speech, self._detection, list(self._limits.voices)))]
+
+    def _speech_settings(self, options: SpeechOptions | None) -> SpeechSettings | None:
+        if options is None:
+            return None
+        voice = options.voice.strip().lower()
+        if voice not in self._limits.voices:
+            raise InvalidMessage(
+                f"unknown voice {options.voice!r}; this deployment offers "
+                f"{', '.join(self._limits.voices)}",
+                code="unknown_voice",
+            )
+        return SpeechSettings(voice=voice)
+
+    def _interrupt(
+        self, turn_id: str, route: Route, audio_end_ms: float | None, reason: str
+    ) -> list[Action]:
+        """Stop an answer everywhere and keep in the history what the user heard."""
+        if route.interrupted:
+            return []
+        route.interrupted = True
+        self._played.pop(turn_id, None)
+        actions: list[Action] = [DropAudio(turn_id)]
+        if not (route.text_done and route.audio_done):  # generation or speech still running
+            actions.append(RequestCancel(turn_id, route.conversation_id, reason))
+        if route.speech and not route.audio_done:
+            route.audio_done = True
+            actions.append(Send(ResponseAudioDone(turn_id, "interrupted")))
+        if route.speech and self.principal is not None:
+            played = self._played_ms(route) if audio_end_ms is None else audio_end_ms
+            played = min(played, route.timeline.total_ms)
+            truncation = Truncation(turn_id, route.timeline.heard(played), round(played, 3))
+            self._truncations.setdefault(route.conversation_id, []).append(truncation)
+            actions.append(
+                Send(ResponseTruncated(turn_id, truncation.audio_end_ms, truncation.text))
+            )
+            actions += self._record_truncation(route, truncation, reason)
+        if route.text_done:
+            self._close(turn_id)
+        return actions
+
+    def _played_ms(self, route: Route) -> float:
+        """The edge's estimate of how far playback got: since the first audio left, real time
+        (a client plays at 1x), never past the audio it was sent."""
+        if route.first_audio_ms is None:
+            return 0.0
+        return max(0.0, self._clock_ms() - route.first_audio_ms)
+
+    def _speaking(self) -> list[tuple[str, Route]]:
+        """Answers whose voice the user may be hearing now: audio still coming, or sent and
+        (by the real-time estimate) still playing."""
+        speaking = [
+            (turn_id, r)
+            for turn_id, r in self._routes.items()
+            if r.speech and not (r.interrupted or r.audio_done or r.speculative or r.withdrawn)
+        ]
+        self._forget_played()
+        return speaking + list(self._played.items())
+
+    def _forget_played(self) -> None:
+        """Drop the answers that (by the real-time estimate) finished playing: nothing is
+        left of them to cut."""
+        for turn_id, r in list(self._played.items()):
+            if r.first_audio_ms is None or self._played_ms(r) >= r.timeline.total_ms:
+                del self._played[turn_id]
+
+    def _listen(self, msg: AppendAudio) -> list[Action]:
+        assert self._voice_loop is not None
+        pcm = decode_base64(msg.data, "audio.append")
+        if len(pcm) % 2:
+            raise InvalidMessage("audio.append: PCM16 audio has an even number of bytes")
+        frames = self._voice_loop.append(pcm)
+        return [DetectSpeech(msg.stream_id, frames)] if frames else []
+
+    def voice_activity(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
+        """Scores of the frames a `DetectSpeech` asked for: speech starts, barge-ins, turns."""
+        return self._answering_errors(lambda _: self._voice_events(stream_id, frames, probs), None)
+
+    def _voice_events(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
+        loop, detection = self._voice_loop, self._detection
+        if loop is None or detection is None or detection.stream_id != stream_id:
+            return []  # the loop was turned off meanwhile
+        actions: list[Action] = []
+        speaking = self._speaking()
+        for event in loop.scored(frames, probs, assistant_speaking=bool(speaking)):
+            # each event on its own: a refused utterance must not drop a barge-in's actions
+            actions += self._answering_errors(self._voice_event, (stream_id, detection, event))
+        return actions
+
+    def _voice_event(self, args: tuple[str, TurnDetection, VoiceEvent]) -> list[Action]:
+        stream_id, detection, event = args
+        match event:
+            case SpeechStarted(at_ms):
+                return [Send(InputSpeechStarted(stream_id, at_ms))]
+            case BargeIn():
+                actions: list[Action] = []
+                for turn_id, route in self._speaking():
+                    actions += self._interrupt(turn_id, route, None, "barge_in")
+                return actions
+            case SpeechPaused():
+                try:
+                    return self._speculate(detection, event)
+                except EdgeError:  # a guess is best effort: the utterance's end decides
+                    return []
+            case SpeechResumed():
+                return self._withdraw()
+            case SpeechEnded() if event.backchannel:
+                return [Send(InputSpeechStopped(stream_id, event.end_ms, ignored="backchannel"))]
+            case SpeechEnded():
+                confirmed = self._confirm(detection, event)
+                if confirmed is not None:
+                    return confirmed
+                return self._utterance_turn(detection, event)
+        return []
+
+    def _withdrawn_count(self) -> int:
+        """Withdrawn guesses still closing (they do not count as the user's open turns)."""
+        return sum(r.withdrawn for r in self._routes.values())
+
+    def _speculate(self, detection: TurnDetection, paused: SpeechPaused) -> list[Action]:
+        """Start answering the utterance so far, unseen until the silence rule confirms it.
+        Not while many wrong guesses are still closing (a user who pauses a lot): then the
+        silence rule alone decides."""
+        if self._withdrawn_count() >= self._limits.max_open_turns:
+            return []
+        actions = self._submit_utterance(detection, paused.pcm)
+        turn_id = next(reversed(self._routes))
+        self._routes[turn_id].speculative = True
+        self._speculative = turn_id
+        return actions
+
+    def _confirm(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action] | None:
+        """The guess was right: the client hears of the turn now, with what it produced."""
+        turn_id, self._speculative = self._speculative, None
+        route = self._routes.get(turn_id) if turn_id is not None else None
+        if route is None or not route.speculative:
+            return None  # refused meanwhile (or no guess): the utterance becomes a turn now
+        route.speculative = False
+        stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
+        announced = self._announce(turn_id, route) if route.accepted else []
+        return [Send(stopped), *announced]
+
+    def _withdraw(self) -> list[Action]:
+        """The user went on talking: the guessed turn is void (stopped, and kept out of the
+        history by a withdrawal the next turn carries); the utterance continues."""
+        turn_id, self._speculative = self._speculative, None
+        route = self._routes.get(turn_id) if turn_id is not None else None
+        if route is None:
+            return []
+        route.speculative, route.withdrawn = False, True
+        withdrawal = Truncation(turn_id, "", withdrawn=True)
+        self._give_back(route)
+        self._truncations.setdefault(route.conversation_id, []).append(withdrawal)
+        cancel = RequestCancel(turn_id, route.conversation_id, "withdrawn")
+        return [cancel, *self._record_truncation(route, withdrawal, "withdrawn")]
+
+    def _record_truncation(self, route: Route, truncation: Truncation, reason: str) -> list[Action]:
+        """Publish it (Kafka `turns.completed`); not when the token expired meanwhile (the
+        next turn still carries it)."""
+        if self.principal is None:
+            return []
+        event = TurnTruncated(
+            turn_id=truncation.turn_id,
+            conversation_id=route.conversation_id,
+            tenant_id=self.principal.tenant_id,
+            user_id=self.principal.user_id,
+            truncation=truncation,
+            reason=reason,
+            truncated_at_ms=self._clock_ms(),
+        )
+        return [PublishTruncation(event)]
+
+    def _give_back(self, route: Route) -> None:
+        """A void guess returns the truncations it carried: the next turn carries them."""
+        pending = self._truncations.get(route.conversation_id, [])
+        if route.carried:
+            self._truncations[route.conversation_id] = [*route.carried, *pending]
+            route.carried = []
+
+    def _utterance_turn(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action]:
+        """An utterance of the voice loop becomes a turn, like a `turn.create` with audio."""
+        actions = self._submit_utterance(detection, ended.pcm)
+        turn_id = next(reversed(self._routes))  # the route it just opened
+        stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
+        return [Send(stopped), *actions]
+
+    def _submit_utterance(self, detection: TurnDetection, pcm: bytes) -> list[Action]:
+        if self.principal is None:  # expired while its audio was being scored
+            raise AuthError("token expired: send session.authenticate", code="token_expired")
+        self._audio.clear(detection.stream_id)
+        self._audio.append(detection.stream_id, base64.b64encode(pcm).decode())
+        msg = CreateTurn(
+            conversation_id=detection.conversation_id,
+            parts=[AudioPart(stream_id=detection.stream_id, format="pcm16", sample_rate=16000)],
+        )
+        return self._create_turn(self.principal, msg)
