@@ -14,6 +14,10 @@ Resume: `response.resume` → ResumeTurn (the shell checks the turn is the user'
 `resume_loaded` sends `response.resumed`, the logged frames after the client's position,
 then the held ones. Every logged frame has a position; a route drops any at or before the
 last one it sent, so the log and the live stream overlap without duplicates.
+
+The actions it returns are in `ws_edge.actions`, a turn's route in `ws_edge.route`, and the
+voice half of the protocol (speech settings, guessed turns, barge-in) in `ws_edge.voice.turns`,
+a mixin working on the same state.
 """
 
 from __future__ import annotations
