@@ -19,11 +19,11 @@ import sys
 import time
 from pathlib import Path
 
+from infra.chat import chat
 from runtime.processes import ROLES, Child, StackError, start_extra_edges, start_roles, stop_roles
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir, is_converted
 from ws_edge.auth import mint_token
-from ws_edge.chat import chat
 
 REPO = Path(__file__).resolve().parent.parent
 SPINNER = "|/-\\"

@@ -272,7 +272,7 @@ async def test_change_log_catch_up_gaps_and_backlog(env, embedder):
 
 
 async def test_the_operators_cli_finds_invalidates_and_clears(env, embedder):
-    from stream_jobs.assembly.cache.cli import run
+    from infra.cache_cli import run
 
     cache = _cache(env)
     entry_id = await cache.store("t1", FRANCE, embedder.embed(FRANCE), PARIS, "smol")

@@ -58,7 +58,7 @@ def test_each_kind_of_breach_is_seen(source, target):
         ("schemas.ids", "time"),
         ("bench.cost", "harness.stack"),
         ("tests.unit.test_x", "bench.cost"),
-        ("infra.stack", "ws_edge.chat"),
+        ("infra.stack", "infra.chat"),
     ],
 )
 def test_what_the_rules_allow_passes(source, target):

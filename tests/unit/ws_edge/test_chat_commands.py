@@ -5,7 +5,7 @@ from base64 import b64decode
 
 import pytest
 
-from ws_edge.chat import media_command, save_speech, speak_command
+from infra.chat import media_command, save_speech, speak_command
 from ws_edge.messages import AudioPart, ImagePart
 
 

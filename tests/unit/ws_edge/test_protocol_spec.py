@@ -10,9 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.events import ErrorInfo, FeedbackKind, FinishReason, Timings, Usage
-from ws_edge import messages as m
-from ws_edge.protocol_spec import (
+from infra.protocol_spec import (
     REGENERATE,
     SPEC_PATH,
     SPEC_VERSION,
@@ -21,6 +19,8 @@ from ws_edge.protocol_spec import (
     main,
     render,
 )
+from schemas.events import ErrorInfo, FeedbackKind, FinishReason, Timings, Usage
+from ws_edge import messages as m
 
 try:
     import jsonschema
@@ -64,7 +64,7 @@ def test_changelog_newest_entry_is_the_spec_version() -> None:
     assert versions, "docs/protocol/CHANGELOG.md has no version entries"
     assert versions[0] == SPEC_VERSION, (
         f"newest changelog entry {versions[0]} != spec version {SPEC_VERSION}: add an entry "
-        "and bump PROTOCOL_MINOR in ws_edge/protocol_spec.py together"
+        "and bump PROTOCOL_MINOR in infra/protocol_spec.py together"
     )
     assert versions == sorted(versions, key=lambda v: tuple(map(int, v.split("."))), reverse=True)
     assert versions[-1] == f"{m.PROTOCOL_VERSION}.0.0"

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from stream_jobs.assembly.cache.evaluate import (
+from bench.eval_cache import (
     LEVELS,
     WORKLOAD,
     Outcome,

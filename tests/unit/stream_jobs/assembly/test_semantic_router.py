@@ -8,13 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from stream_jobs.assembly.routing.evaluate import (
-    RouterSetError,
-    accuracy,
-    load_set,
-    main,
-    route_all,
-)
+from bench.eval_router import RouterSetError, accuracy, load_set, main, route_all
 from stream_jobs.assembly.routing.semantic_router import (
     RouteDecision,
     RouterConfig,

@@ -5,9 +5,9 @@ Why: client authors generate code and docs from a machine-readable spec instead 
 equal `build_spec()` (tests/unit/ws_edge/test_protocol_spec.py), so a change to the messages that is
 not regenerated fails the build.
 
-    python -m ws_edge.protocol_spec            # print the document (JSON)
-    python -m ws_edge.protocol_spec --write    # regenerate docs/protocol/asyncapi.json
-    python -m ws_edge.protocol_spec --check    # exit 1, with what differs, if it is stale
+    python -m infra.protocol_spec            # print the document (JSON)
+    python -m infra.protocol_spec --write    # regenerate docs/protocol/asyncapi.json
+    python -m infra.protocol_spec --check    # exit 1, with what differs, if it is stale
 
 Payload schemas come from `msgspec.json.schema_components` on the two unions, one component
 per struct or enum (named after the class); the only rewrite is `discriminator`, which
@@ -40,7 +40,7 @@ PROTOCOL_MINOR = 11  # the 1.x changelog's entries after 1.0.0 (see docs/protoco
 PROTOCOL_PATCH = 0
 SPEC_VERSION = f"{PROTOCOL_VERSION}.{PROTOCOL_MINOR}.{PROTOCOL_PATCH}"
 SPEC_PATH = Path(__file__).resolve().parents[1] / "docs" / "protocol" / "asyncapi.json"
-REGENERATE = "python -m ws_edge.protocol_spec --write"
+REGENERATE = "python -m infra.protocol_spec --write"
 
 CHANNEL = "edge"
 REF = "#/components/schemas/{name}"
@@ -232,7 +232,7 @@ def diff_paths(old: Any, new: Any, path: str = "") -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ws_edge.protocol_spec", description=__doc__.splitlines()[0]
+        prog="python -m infra.protocol_spec", description=__doc__.splitlines()[0]
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help=f"write {SPEC_PATH.name}")

@@ -1,9 +1,9 @@
-"""`python -m stream_jobs.assembly.cache.cli`: look at and correct a tenant's semantic cache.
+"""`python -m infra.cache_cli`: look at and correct a tenant's semantic cache.
 
-    python -m stream_jobs.assembly.cache.cli stats acme          # hit rate, entries, stores
-    python -m stream_jobs.assembly.cache.cli find acme "What is the capital of France?"
-    python -m stream_jobs.assembly.cache.cli invalidate acme <entry id>
-    python -m stream_jobs.assembly.cache.cli clear acme          # every entry of the tenant
+    python -m infra.cache_cli stats acme          # hit rate, entries, stores
+    python -m infra.cache_cli find acme "What is the capital of France?"
+    python -m infra.cache_cli invalidate acme <entry id>
+    python -m infra.cache_cli clear acme          # every entry of the tenant
 
 `find` shows the entry a question would be answered from (exact repeat or paraphrase; it
 counts as one lookup in the stats), so
@@ -60,7 +60,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m stream_jobs.assembly.cache.cli")
+    parser = argparse.ArgumentParser(prog="python -m infra.cache_cli")
     parser.add_argument("action", choices=["stats", "find", "invalidate", "clear"])
     parser.add_argument("tenant")
     parser.add_argument("subject", nargs="?", help="the question (find) or entry id")

@@ -1,5 +1,5 @@
 """Offline evaluation of the semantic router:
-`python -m stream_jobs.assembly.routing.evaluate --set v1 [--no-classifier] [--rules FILE]`.
+`python -m bench.eval_router --set v1 [--no-classifier] [--rules FILE]`.
 
 Routes every prompt of a labelled set (`router_sets/<name>.jsonl`, one
 `{"text", "intent", "pool", "retrieval", "split"}` per line) and prints, per split, the
@@ -31,7 +31,7 @@ from stream_jobs.assembly.routing.semantic_router import (
 )
 from stream_jobs.errors import StreamJobError
 
-SETS_DIR = Path(__file__).resolve().parent / "sets"
+SETS_DIR = Path(__file__).resolve().parent / "router_sets"
 SPLITS = ("train", "test")
 
 
@@ -189,7 +189,7 @@ def print_misrouted(split: str, outcomes: Sequence[Outcome]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stream_jobs.assembly.routing.evaluate")
+    parser = argparse.ArgumentParser(prog="python -m bench.eval_router")
     parser.add_argument("--set", default="v1", help="a set in router_sets/ or a .jsonl path")
     parser.add_argument("--rules", help="a rules file (default: the bundled router_rules.json)")
     parser.add_argument("--no-classifier", action="store_true", help="rules and default only")

@@ -1,6 +1,6 @@
 """Semantic-cache hit rate on a workload with paraphrases, by similarity threshold.
 
-`python -m stream_jobs.assembly.cache.evaluate [--threshold 0.96] [--redis URL] [--json OUT]`
+`python -m bench.eval_cache [--threshold 0.96] [--redis URL] [--json OUT]`
 
 Every group's seed question and every near-miss pair's stored side go into one tenant's
 cache; then each paraphrase is looked up (it should hit its own group's seed) and each
@@ -34,7 +34,7 @@ from stream_jobs.assembly.cache.semantic_cache import (
 )
 from stream_jobs.assembly.cache.vectors import best_matches
 
-WORKLOAD = Path(__file__).parent / "sets" / "paraphrases_v1.jsonl"
+WORKLOAD = Path(__file__).parent / "cache_sets" / "paraphrases_v1.jsonl"
 THRESHOLDS = (0.85, 0.90, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98)
 LEVELS = ("surface", "light", "reworded")
 

@@ -1,4 +1,4 @@
-"""`python -m ws_edge.chat`: talk to the assistant from a terminal.
+"""`python -m infra.chat`: talk to the assistant from a terminal.
 
 Answers stream as they are generated. Ctrl-C while an answer streams cancels that turn
 (generation stops in the engine); Ctrl-C or Ctrl-D at the prompt leaves. `/new` starts a new
