@@ -6,7 +6,8 @@ from array import array
 
 import pytest
 
-from bench.connections import (
+from bench.connections.run import summarize_profile
+from bench.connections.stats import (
     Continuity,
     Recorder,
     Window,
@@ -18,7 +19,6 @@ from bench.connections import (
     ratio,
     split,
     stream_rate,
-    summarize_profile,
     token_text,
     versus,
 )
