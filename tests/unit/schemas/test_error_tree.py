@@ -10,20 +10,10 @@ import importlib
 
 import pytest
 
-from infra.import_rules import REPO, module_name
+from infra.import_rules import PACKAGES, REPO, module_name
 from schemas.errors import TurnstreamError
 
-SERVICE_PACKAGES = (
-    "schemas",
-    "runtime",
-    "moderation",
-    "ws_edge",
-    "workers",
-    "stream_jobs",
-    "producers",
-    "flywheel",
-    "infra",
-)
+SERVICE_PACKAGES = tuple(p for p in PACKAGES if p not in ("harness", "bench", "tests"))
 BUILTIN_ERRORS = {
     name
     for name in dir(builtins)
