@@ -20,7 +20,7 @@ from bench.plotting import RESULTS
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.connections",
-        description=__doc__,
+        description=sys.modules["bench.connections"].__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
