@@ -107,12 +107,13 @@ class Settings:
     max_turns_in_flight_per_session: int = _var(
         "TURNSTREAM_MAX_TURNS_IN_FLIGHT", 8, "Open turns one WebSocket session may have."
     )
-    default_repetition_penalty: float = _var(
-        "TURNSTREAM_DEFAULT_REPETITION_PENALTY",
-        1.2,
-        "Repetition penalty of turns that do not set one. Greedy decoding with 1.0 makes the "
-        "bundled SmolLM2 loop (a poem repeats two lines until max_tokens); 1.2 stops it "
-        "(docs/engines.md). 1.0 turns it off.",
+    default_frequency_penalty: float = _var(
+        "TURNSTREAM_DEFAULT_FREQUENCY_PENALTY",
+        0.8,
+        "Frequency penalty (OpenAI's: per time a token is already in the answer) of every turn "
+        "the edge submits. Plain greedy decoding makes the bundled SmolLM2 loop (a poem repeats "
+        "two lines until max_tokens); 0.8 stops it and keeps short factual answers as they "
+        "were (docs/engines.md). 0 turns it off.",
     )
     # --- preprocessing worker ----------------------------------------------------------------
     max_audio_s: float = _var(

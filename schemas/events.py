@@ -40,7 +40,9 @@ class DecodingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0
-    repetition_penalty: float = 1.0
+    repetition_penalty: float = 1.0  # on prompt and answer tokens alike (1.0: off)
+    # OpenAI's: subtracted from a token's logit per time it is already in the answer (0: off)
+    frequency_penalty: float = 0.0
     seed: int | None = None
 
 

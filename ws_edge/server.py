@@ -115,7 +115,7 @@ class EdgeServer:
         self.limits = SessionLimits(
             max_message_bytes=settings.max_message_bytes,
             max_open_turns=settings.max_turns_in_flight_per_session,
-            default_repetition_penalty=settings.default_repetition_penalty,
+            default_frequency_penalty=settings.default_frequency_penalty,
             media=MediaLimits(
                 max_media_bytes=settings.max_media_bytes,
                 max_images=settings.max_images_per_turn,

@@ -121,7 +121,7 @@ class SessionLimits:
     max_message_bytes: int = 32 * 1024
     max_open_turns: int = 8
     default_max_tokens: int = 256
-    default_repetition_penalty: float = 1.2  # TURNSTREAM_DEFAULT_REPETITION_PENALTY
+    default_frequency_penalty: float = 0.8  # TURNSTREAM_DEFAULT_FREQUENCY_PENALTY
     media: MediaLimits = field(default_factory=MediaLimits)
     max_media_message_bytes: int = 16 * 1024 * 1024  # turn.create / audio.append frames
     voices: tuple[str, ...] = ("joe", "espeak")  # what the TTS workers offer
@@ -645,7 +645,7 @@ class Session(VoiceTurns):
         decoding = DecodingParams(
             max_tokens=msg.max_tokens or defaults.max_tokens,
             temperature=defaults.temperature if msg.temperature is None else msg.temperature,
-            repetition_penalty=self._limits.default_repetition_penalty,
+            frequency_penalty=self._limits.default_frequency_penalty,
         )
         speech = self._speech if msg.speech is msgspec.UNSET else self._speech_settings(msg.speech)
         turn = TurnSubmitted(

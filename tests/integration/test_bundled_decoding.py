@@ -1,11 +1,15 @@
 """The first answer a newcomer sees: the bundled SmolLM2 on vLLM, with the decoding defaults
-every turn gets from the edge (temperature 0, TURNSTREAM_DEFAULT_REPETITION_PENALTY), does not
-loop on open prompts. Measured by repeated word 4-grams (the share of an answer's 4-grams seen
-earlier in it), never by time. The same prompts without the penalty are run too: they loop,
-which shows the measure sees a loop.
+every turn gets from the edge (temperature 0, TURNSTREAM_DEFAULT_FREQUENCY_PENALTY), does not
+loop on open prompts and still answers a short factual question with its history. Measured by
+repeated word 4-grams (the share of an answer's 4-grams seen earlier in it), never by time.
+The same prompts without the penalty are run too: they loop, which shows the measure sees a
+loop.
 
-Measured 2026-12-03 (8 open prompts, 256 tokens): penalty 1.0 → repeated 4-grams mean 0.575
-(max 0.89: "The sea is a place of endless …" until the limit); 1.1 → 0.053; 1.2 → 0.003.
+Measured 2026-12-03 (8 open prompts, 256 tokens): no penalty → repeated 4-grams mean 0.575
+(max 0.89: "The sea is a place of endless …" until the limit); frequency penalty 0.5 → 0.083,
+0.8 → 0.022 (max 0.082). A repetition penalty of 1.2 loops less still (0.003) but penalises
+the prompt's tokens too: asked "And the capital of Italy?" after France, the model answered
+"Paris and Italy together form the European Union's 28 member states …".
 """
 
 from __future__ import annotations
@@ -81,11 +85,30 @@ async def answers(engine, decoding: DecodingParams) -> list[str]:
 async def test_the_default_decoding_does_not_loop_where_plain_greedy_does(smollm2):
     edge_default = DecodingParams(
         max_tokens=MAX_TOKENS,
-        repetition_penalty=Settings().default_repetition_penalty,
+        frequency_penalty=Settings().default_frequency_penalty,
     )
     assert edge_default.temperature == 0.0  # what a turn without `temperature` gets
     plain = [repeated_4grams(a) for a in await answers(smollm2, DecodingParams(MAX_TOKENS))]
     ours = [repeated_4grams(a) for a in await answers(smollm2, edge_default)]
     print(f"repeated 4-grams: plain greedy {plain}, defaults {ours}")
     assert sum(plain) / len(plain) > 0.3  # the loop the defaults are there to stop
-    assert sum(ours) / len(ours) < 0.05 and max(ours) < 0.2
+    assert sum(ours) / len(ours) < 0.08 and max(ours) < 0.25
+
+
+async def test_the_default_decoding_still_answers_from_the_history(smollm2):
+    decoding = DecodingParams(max_tokens=32, frequency_penalty=Settings().default_frequency_penalty)
+
+    async def ask(messages: list[Message]) -> str:
+        request = GenerationRequest(
+            request_id=uuid.uuid4().hex, messages=messages, decoding=decoding
+        )
+        return "".join([d.text async for d in smollm2.stream(request)])
+
+    first = await ask([Message(Role.USER, "What is the capital of France?")])
+    follow_up = [
+        Message(Role.USER, "What is the capital of France?"),
+        Message(Role.ASSISTANT, first),
+        Message(Role.USER, "And the capital of Italy?"),
+    ]
+    second = await ask(follow_up)
+    assert "Paris" in first and "Rome" in second, (first, second)

@@ -379,17 +379,18 @@ def test_an_answer_that_was_not_cut_is_not_retracted():
     assert isinstance(done.event, ResponseDone)
 
 
-@pytest.mark.parametrize("penalty", [1.0, 1.2, 1.35])
-def test_turns_get_the_deployments_repetition_penalty(penalty):
-    """TURNSTREAM_DEFAULT_REPETITION_PENALTY reaches every turn the edge submits (it is what
+@pytest.mark.parametrize("penalty", [0.0, 0.8, 1.1])
+def test_turns_get_the_deployments_frequency_penalty(penalty):
+    """TURNSTREAM_DEFAULT_FREQUENCY_PENALTY reaches every turn the edge submits (it is what
     keeps the bundled model from looping: tests/integration/test_bundled_decoding.py)."""
-    session = authed(default_repetition_penalty=penalty)
+    session = authed(default_frequency_penalty=penalty)
     [submit] = session.receive(frame(type="turn.create", conversation_id="c1", text="a poem"))
     assert isinstance(submit, SubmitTurn)
-    assert submit.turn.decoding.repetition_penalty == penalty
+    assert submit.turn.decoding.frequency_penalty == penalty
+    assert submit.turn.decoding.repetition_penalty == 1.0  # prompt tokens are not penalised
 
 
 def test_the_default_penalty_is_the_settings_default():
     from runtime.settings import Settings
 
-    assert SessionLimits().default_repetition_penalty == Settings().default_repetition_penalty
+    assert SessionLimits().default_frequency_penalty == Settings().default_frequency_penalty

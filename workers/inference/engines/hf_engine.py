@@ -214,6 +214,7 @@ class TransformersEngine:
     def _warn_unsupported(self, decoding: DecodingParams) -> None:
         for name, used in (
             ("repetition_penalty", decoding.repetition_penalty != 1.0),
+            ("frequency_penalty", decoding.frequency_penalty != 0.0),
             ("seed", decoding.seed is not None),
         ):
             if used and name not in self._warned:

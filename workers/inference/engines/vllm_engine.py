@@ -312,6 +312,7 @@ class VllmEngine:
             temperature=d.temperature,
             top_p=d.top_p,
             repetition_penalty=d.repetition_penalty,
+            frequency_penalty=d.frequency_penalty,
             seed=d.seed,
             output_kind=RequestOutputKind.DELTA,
         )
