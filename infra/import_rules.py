@@ -28,7 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from runtime.processes import REPO
+
 PACKAGES = (
     "schemas",
     "runtime",

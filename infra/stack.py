@@ -17,16 +17,20 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from infra.chat import chat
-from runtime.processes import ROLES, Child, StackError, start_extra_edges, start_roles, stop_roles
+from runtime.processes import (
+    REPO,
+    ROLES,
+    Child,
+    StackError,
+    start_extra_edges,
+    start_roles,
+    stop_roles,
+)
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir, is_converted
 from ws_edge.auth import mint_token
-
-REPO = Path(__file__).resolve().parent.parent
-SPINNER = "|/-\\"
 
 
 def run_script(*args: str) -> None:

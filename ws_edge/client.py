@@ -89,7 +89,7 @@ class TurnRejected(EdgeError, RuntimeError):
 
     def __init__(self, error: ErrorEvent, client_turn_id: str | None = None) -> None:
         super().__init__(f"{error.code}: {error.message}", code=error.code)
-        self.retryable = bool(getattr(error, "retryable", False))
+        self.retryable = error.retryable
         self.error = error
         self.client_turn_id = client_turn_id  # reuse it to retry the same turn
 

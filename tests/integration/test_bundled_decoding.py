@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 
+from bench.engines import build
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir, is_converted
 from schemas.events import DecodingParams, Message, Role
@@ -52,34 +53,23 @@ def test_the_measure_sees_a_loop_and_not_a_plain_answer():
 
 @pytest.fixture(scope="module")
 async def smollm2():
-    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
-
     path = default_model_dir(Settings())
     assert is_converted(path), "infra/setup.sh converts the bundled model"
-    engine = await asyncio.to_thread(
-        VllmEngine,
-        VllmOptions(
-            model_path=str(path),
-            model_name="smollm2",
-            kv_cache_bytes=256 * 1024 * 1024,
-            max_model_len=1024,
-            max_num_seqs=len(OPEN_PROMPTS),
-        ),
-    )
+    engine = await asyncio.to_thread(build, "vllm", str(path), len(OPEN_PROMPTS))
     yield engine
     await engine.close()
 
 
-async def answers(engine, decoding: DecodingParams) -> list[str]:
-    async def one(prompt: str) -> str:
-        request = GenerationRequest(
-            request_id=uuid.uuid4().hex,
-            messages=[Message(Role.USER, prompt)],
-            decoding=decoding,
-        )
-        return "".join([d.text async for d in engine.stream(request)])
+async def answer(engine, messages: list[Message], decoding: DecodingParams) -> str:
+    request = GenerationRequest(request_id=uuid.uuid4().hex, messages=messages, decoding=decoding)
+    return "".join([d.text async for d in engine.stream(request)])
 
-    return await asyncio.gather(*(one(p) for p in OPEN_PROMPTS))
+
+async def answers(engine, decoding: DecodingParams) -> list[str]:
+    """One answer to each open prompt, all at once."""
+    return await asyncio.gather(
+        *(answer(engine, [Message(Role.USER, p)], decoding) for p in OPEN_PROMPTS)
+    )
 
 
 async def test_the_default_decoding_does_not_loop_where_plain_greedy_does(smollm2):
@@ -98,17 +88,11 @@ async def test_the_default_decoding_does_not_loop_where_plain_greedy_does(smollm
 async def test_the_default_decoding_still_answers_from_the_history(smollm2):
     decoding = DecodingParams(max_tokens=32, frequency_penalty=Settings().default_frequency_penalty)
 
-    async def ask(messages: list[Message]) -> str:
-        request = GenerationRequest(
-            request_id=uuid.uuid4().hex, messages=messages, decoding=decoding
-        )
-        return "".join([d.text async for d in smollm2.stream(request)])
-
-    first = await ask([Message(Role.USER, "What is the capital of France?")])
+    first = await answer(smollm2, [Message(Role.USER, "What is the capital of France?")], decoding)
     follow_up = [
         Message(Role.USER, "What is the capital of France?"),
         Message(Role.ASSISTANT, first),
         Message(Role.USER, "And the capital of Italy?"),
     ]
-    second = await ask(follow_up)
+    second = await answer(smollm2, follow_up, decoding)
     assert "Paris" in first and "Rome" in second, (first, second)
