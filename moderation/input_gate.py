@@ -1,10 +1,9 @@
 """Input screening as a step of the preprocessing worker: judge a turn's text (typed and
-transcribed) before it can reach an engine, publish the verdict, tell the worker whether
-to go on.
+transcribed) before it can reach an engine, tell the worker whether to go on.
 
-The verdict goes to Kafka `safety.verdicts` (the audit log) without waiting for delivery:
-the decision itself travels with the turn (`turn.enriched` or the blocked turn's
-`turn.completed`), so the trace has it either way and screening adds no broker round trip.
+The decision travels with the turn (`screening` on `turn.enriched` or on the blocked turn's
+`turn.completed`), and so does the whole verdict, for the events log (`verdicts`): screening
+adds no record and no broker round trip.
 Blacklisted users are keyed `tenant/user` (user ids are only unique within a tenant).
 A turn's images were screened where they were decoded (`image_screen`); a stopped image
 stops the turn here, with the text's verdict, in one record.
@@ -17,16 +16,20 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
-
 from moderation.image_screen import blocked_images
 from moderation.language import detect
 from moderation.nudity import LABEL as IMAGE_LABEL
 from moderation.recording import verdict_event
 from moderation.screen import InputScreen
 from moderation.verdict import Action, Verdict, reason_for
-from schemas.codec import encode
-from schemas.events import ImageInput, SafetyAction, SafetyStage, Screening, TurnSubmitted
+from schemas.events import (
+    ImageInput,
+    SafetyAction,
+    SafetyStage,
+    SafetyVerdict,
+    Screening,
+    TurnSubmitted,
+)
 
 log = logging.getLogger("turnstream.safety.input")
 
@@ -52,6 +55,7 @@ def screening_of(verdict: Verdict) -> Screening:
 class GateDecision:
     screening: Screening
     reason: str  # what the user is told when blocked
+    verdict: SafetyVerdict  # the events log's copy, carried by the turn's next event
 
     @property
     def blocked(self) -> bool:
@@ -68,14 +72,10 @@ class InputGate:
         self,
         *,
         screen: InputScreen,
-        producer: AIOKafkaProducer,
-        verdicts_topic: str,
         checker: str,
         clock_ms: Callable[[], float],
     ) -> None:
         self.screen = screen
-        self.producer = producer
-        self.verdicts_topic = verdicts_topic
         self.checker = checker
         self.clock_ms = clock_ms
 
@@ -86,14 +86,9 @@ class InputGate:
             text, user_id=blacklist_user(turn.tenant_id, turn.user_id)
         )
         verdict = with_images(verdict, images, text)
-        decision = GateDecision(screening_of(verdict), verdict.reason or DEFAULT_REASON)
         if verdict.error:
             log.warning("turn %s: a screen check failed: %s", turn.turn_id, verdict.error)
-        await self._record(turn, text, verdict)
-        return decision
-
-    async def _record(self, turn: TurnSubmitted, text: str, verdict: Verdict) -> None:
-        event = verdict_event(
+        recorded = verdict_event(
             turn,
             SafetyStage.INPUT,
             verdict,
@@ -101,14 +96,7 @@ class InputGate:
             checker=self.checker,
             now_ms=self.clock_ms(),
         )
-        try:  # enqueue only: the decision travels with the turn anyway
-            delivery = await self.producer.send(
-                self.verdicts_topic, encode(event), key=turn.conversation_id.encode()
-            )
-        except Exception as err:  # the audit copy must never stop a turn
-            log.warning("turn %s: verdict not published: %r", turn.turn_id, err)
-            return
-        delivery.add_done_callback(_log_lost)
+        return GateDecision(screening_of(verdict), verdict.reason or DEFAULT_REASON, recorded)
 
 
 def with_images(verdict: Verdict, images: Sequence[ImageInput], text: str) -> Verdict:
@@ -128,8 +116,3 @@ def with_images(verdict: Verdict, images: Sequence[ImageInput], text: str) -> Ve
         elapsed_ms=verdict.elapsed_ms + image.elapsed_ms,
         error=errors or None,
     )
-
-
-def _log_lost(delivery) -> None:
-    if not delivery.cancelled() and delivery.exception() is not None:
-        log.warning("a safety verdict was not delivered: %r", delivery.exception())

@@ -235,6 +235,9 @@ class TurnEnriched(Event, frozen=True, tag="turn.enriched"):
     transcript: list[TranscriptSegment] = []
     preprocess_ms: float = 0.0
     screening: Screening | None = None  # None: not screened (screening off)
+    # the input screen's whole verdict, for the events log: it rides here rather than in a
+    # record of its own (the sink writes its row; the turn's path reads only `screening`)
+    verdicts: list[SafetyVerdict] = []
 
 
 class PromptContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -415,6 +418,10 @@ class TurnCompleted(Event, frozen=True, tag="turn.completed"):
     # the engine options that answered (`EngineProfile.tag`, e.g. "spec=ngram:k4:n2-4,
     # quant=none,tp=1,..."); "" from engines without a profile and from older events
     engine_options: str = ""
+    # the verdicts that judged this turn on its way, for the events log (the sink writes a
+    # row for each): the streaming check's, one per window, as the inference worker received
+    # them; a blocked turn's input verdict. They ride here rather than in records of their own
+    verdicts: list[SafetyVerdict] = []
 
 
 class TurnTruncated(Event, frozen=True, tag="turn.truncated"):
@@ -525,8 +532,10 @@ class WorkerMetrics(Event, frozen=True, tag="worker.metrics", kw_only=True):
 
 
 class SafetyVerdict(Event, frozen=True, tag="safety.verdict", kw_only=True):
-    """What a safety check decided about a turn (Kafka `safety.verdicts`, keyed by
-    conversation): joined into the turn's trace and kept in the `events` log. `labels` are
+    """What a safety check decided about a turn, kept in the `events` log. The input
+    screen's rides on `turn.enriched` (or a blocked turn's `turn.completed`), the output
+    windows' reach the inference worker over Redis and ride on `turn.completed`; only the
+    audit's have a record of their own (Kafka `safety.verdicts`, keyed by turn). `labels` are
     the categories that matched (e.g. injection, jailbreak, profanity, blacklisted_user),
     `scores` the classifier's numbers; `text` is what was judged when it was refused (the
     offending window for a cut, capped). `error` names a classifier failure; `action` is
@@ -552,7 +561,7 @@ class OutputWindow(Event, frozen=True, tag="safety.window", kw_only=True):
     about 50 tokens plus the tail of the previous window (`moderation.windows`), so a
     phrase split across two windows is seen whole. The safety worker publishes its
     `SafetyVerdict` to the Redis channel `reply_to` (the inference worker streaming the
-    answer) and to Kafka `safety.verdicts`."""
+    answer, which carries it on the turn's `turn.completed`)."""
 
     conversation_id: str
     tenant_id: str

@@ -86,10 +86,11 @@ WORKERS_METRICS = TopicSpec(
 SAFETY_VERDICTS = TopicSpec(
     name="safety.verdicts",
     partitions=8,
-    key="conversation_id",
+    key="turn_id",
     retention_ms=7 * DAY_MS,
-    doc="Safety decisions (input screening, output windows, audits), for traces and the "
-    "events log; ClickHouse keeps them for audits.",
+    doc="The audit's verdicts on finished turns, for the events log; ClickHouse keeps them. "
+    "The input screen's and the output windows' verdicts ride on the turn's own events "
+    "(turns.enriched, turns.completed).",
 )
 SAFETY_WINDOWS = TopicSpec(
     name="safety.windows",
@@ -97,7 +98,8 @@ SAFETY_WINDOWS = TopicSpec(
     key="turn_id",
     retention_ms=DAY_MS,
     doc="Windows of streaming answers for the incremental safety check (workers/safety); "
-    "verdicts go back over Redis and to safety.verdicts.",
+    "verdicts go back over Redis to the inference worker, which records them on the turn's "
+    "turns.completed.",
 )
 SAFETY_ALERTS = TopicSpec(
     name="safety.alerts",

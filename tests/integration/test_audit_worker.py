@@ -104,6 +104,7 @@ class StuckGuard:
 
     name = "stuck"
     enforces = True
+    rereads_windows = False
 
     def __init__(self) -> None:
         self.entered = threading.Event()

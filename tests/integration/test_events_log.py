@@ -2,7 +2,8 @@
 on real Kafka, then the ClickHouse sink's route "events" (embedded engine, in a process of
 its own: chdb allows one data directory per process) writes one row per event. Each turn
 shows its submitted, enriched, assembled and completed events in time order, then the
-feedback on it, each with the Kafka record it came from."""
+feedback on it, each with the Kafka record it came from; the safety verdicts, which ride on
+the enriched and completed records, in their own rows between them."""
 
 from __future__ import annotations
 
@@ -68,8 +69,9 @@ TOPIC_OF = {
     "turn.assembled": "turns.assembled",
     "turn.completed": "turns.completed",
     "feedback.given": "feedback",
-    "safety.verdict": "safety.verdicts",
 }
+# the verdicts ride on the events after them: no record of their own
+VERDICT_TOPIC_OF = {"input": "turns.enriched", "output": "turns.completed"}
 
 
 async def test_every_event_of_real_turns_lands_in_order(services, session_namespace, tmp_path):
@@ -129,7 +131,11 @@ async def test_every_event_of_real_turns_lands_in_order(services, session_namesp
     assert first_log[-1]["at"] >= first_log[4]["at"] > first_log[0]["at"]
     for event in (e for log in by_turn.values() for e in log):
         assert (event["user"], event["tenant"], event["tag"]) == ("tracy", "acme", event["kind"])
-        assert event["topic"] == f"{settings.namespace}.{TOPIC_OF[event['kind']]}"
+        if event["kind"] == "safety.verdict":
+            topic = VERDICT_TOPIC_OF[event["detail"].split(":")[0]]
+        else:
+            topic = TOPIC_OF[event["kind"]]
+        assert event["topic"] == f"{settings.namespace}.{topic}"
     done = {t: next(e for e in log if e["kind"] == "turn.completed") for t, log in by_turn.items()}
     assert (done[first.turn_id]["detail"], done[first.turn_id]["error"]) == ("stop", "")
     assert done[first.turn_id]["actor"] != "" and done[first.turn_id]["text_bytes"] > 0

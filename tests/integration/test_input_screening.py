@@ -55,18 +55,6 @@ async def test_an_injection_is_refused_before_the_engine_and_kept_out_of_history
         lambda r: blocked_id.encode() in r.value,
     )
     assert assembled == []  # nothing was assembled for the engine
-    verdict = decode(
-        (
-            await find_record(
-                settings.kafka_bootstrap,
-                f"{settings.namespace}.safety.verdicts",
-                lambda r: blocked_id.encode() in r.value,
-            )
-        ).value
-    )
-    assert isinstance(verdict, SafetyVerdict) and verdict.stage == SafetyStage.INPUT
-    assert verdict.action == SafetyAction.BLOCK and "injection" in verdict.labels
-    assert verdict.text == INJECTION and verdict.user_id == "ivy"
     completed = decode(
         (
             await find_record(
@@ -78,6 +66,10 @@ async def test_an_injection_is_refused_before_the_engine_and_kept_out_of_history
     )
     assert isinstance(completed, TurnCompleted) and completed.screening is not None
     assert completed.screening.action == SafetyAction.BLOCK
+    (verdict,) = completed.verdicts  # the events log's copy rides on the completion
+    assert isinstance(verdict, SafetyVerdict) and verdict.stage == SafetyStage.INPUT
+    assert verdict.action == SafetyAction.BLOCK and "injection" in verdict.labels
+    assert verdict.text == INJECTION and verdict.user_id == "ivy"
 
 
 async def test_an_allowed_turn_carries_its_screening_into_the_trace_events(fake_pipeline):
@@ -94,6 +86,9 @@ async def test_an_allowed_turn_carries_its_screening_into_the_trace_events(fake_
     assert isinstance(enriched, TurnEnriched) and enriched.screening is not None
     assert enriched.screening.action == SafetyAction.ALLOW
     assert enriched.screening.elapsed_ms > 0
+    (verdict,) = enriched.verdicts  # on the enriched record: no record of its own
+    assert verdict.stage == SafetyStage.INPUT and verdict.action == SafetyAction.ALLOW
+    assert verdict.text == "" and verdict.checker != ""  # allowed: no evidence kept
 
 
 async def test_a_blacklisted_user_is_refused_and_only_that_user(fake_pipeline):
@@ -162,6 +157,8 @@ async def test_uploaded_images_are_screened_by_the_detector_and_a_stopped_one_st
     assert stopped.finish_reason == FinishReason.SAFETY
     assert stopped.error is not None and stopped.error.code == "image_blocked"
     assert "image" in stopped.error.message
-    verdict = await turn_event(settings, "safety.verdicts", stopped.turn_id)
+    completed = await turn_event(settings, "turns.completed", stopped.turn_id)
+    assert isinstance(completed, TurnCompleted)
+    (verdict,) = completed.verdicts
     assert isinstance(verdict, SafetyVerdict) and verdict.action == SafetyAction.BLOCK
     assert "sexual_image" in verdict.labels and verdict.scores["image.FACE_FEMALE"] > 0.5

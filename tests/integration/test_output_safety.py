@@ -2,7 +2,8 @@
 fake engine, which echoes the question): an unsafe answer is cut within a window, the
 engine aborts, the client gets the canned reply in place of what it saw and the history
 keeps that reply; hold-back never lets the unsafe text out; a dead safety worker makes
-hold-back fail closed and optimistic go on."""
+hold-back fail closed and optimistic go on; the audit reads again only the answers the
+windows did not release."""
 
 from __future__ import annotations
 
@@ -12,11 +13,20 @@ import uuid
 import pytest
 
 from harness.factories import new_conversation_id as conv
-from harness.kafka import assembled_prompt, find_record
+from harness.kafka import assembled_prompt, records_so_far, turn_event
 from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.codec import decode
-from schemas.events import FinishReason, Role, SafetyAction, SafetyStage, SafetyVerdict
+from schemas.events import (
+    FinishReason,
+    Role,
+    SafetyAction,
+    SafetyStage,
+    SafetyVerdict,
+    TraceRecorded,
+    TurnCompleted,
+)
+from workers.audit.app import run_auditor
 from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseRetracted
@@ -79,12 +89,11 @@ async def test_optimistic_cuts_an_unsafe_answer_within_a_window(services):
     prompt = await assembled_prompt(settings, after.turn_id)
     answers = [m.content for m in prompt.messages if m.role == Role.ASSISTANT]
     assert answers == [done.text]  # the history keeps the canned reply, not the answer
-    record = await find_record(
-        settings.kafka_bootstrap,
-        f"{settings.namespace}.safety.verdicts",
-        lambda r: turn_id.encode() in r.value and b'"cut"' in r.value,
-    )
-    verdict = decode(record.value)
+    completed = await turn_event(settings, "turns.completed", turn_id)
+    assert isinstance(completed, TurnCompleted)
+    *released, verdict = completed.verdicts  # every window's verdict rides on the completion
+    assert [v.window for v in completed.verdicts] == list(range(len(completed.verdicts)))
+    assert all(v.action == SafetyAction.RELEASE for v in released)
     assert isinstance(verdict, SafetyVerdict) and verdict.stage == SafetyStage.OUTPUT
     assert verdict.action == SafetyAction.CUT and "secret_leak" in verdict.labels
     assert SECRET in verdict.text  # the offending window, kept as evidence
@@ -115,3 +124,30 @@ async def test_optimistic_goes_on_when_the_safety_worker_is_down(services):
     async with stack(services, "optimistic", **down) as (_, _, client):
         _, shown, done = await answer(client, conv(), FILLER[:300])
     assert done.finish_reason == FinishReason.STOP and shown == done.text
+
+
+async def test_the_audit_reads_again_only_what_the_windows_did_not_release(services):
+    """Real turns' completions carry their windows' verdicts; the audit's category guard
+    (the windows' own classifier) skips the answer they released whole, with no record, and
+    reads the cut one."""
+    async with stack(services, "hold_back") as (p, _, client):
+        safe_id, _, safe = await answer(client, conv(), FILLER[:400])
+        cut_id, _, cut = await answer(client, conv(), f"{FILLER[:200]} {SECRET} {FILLER}")
+        settings = p.settings
+        traces = []
+        for turn_id in (safe_id, cut_id):
+            asked = await turn_event(settings, "turns.submitted", turn_id)
+            done = await turn_event(settings, "turns.completed", turn_id)
+            assert isinstance(done, TurnCompleted)
+            traces.append(TraceRecorded(turn_id=turn_id, submitted=asked, completed=done))
+        assert safe.finish_reason == FinishReason.STOP and len(traces[0].completed.verdicts) > 1
+        async with run_auditor(settings) as running:
+            for trace in traces:
+                await running.service.handle(trace)
+            covered, audited = running.service.covered, running.service.ledger.audited
+    assert (covered, audited) == (1, 1)
+    records = await records_so_far(
+        settings.kafka_bootstrap, f"{settings.namespace}.safety.verdicts", bool
+    )
+    assert [decode(r.value).turn_id for r in records] == [cut_id]
+    assert cut.error is not None and cut.error.code == "output_cut"

@@ -45,6 +45,7 @@ def pieces(text: str) -> list[str]:
 class CategoryGuard:
     name = NAME
     enforces = False  # too many false positives to blacklist on (workers/audit/guard.py)
+    rereads_windows = True  # the streaming check's own classifier (workers/audit/coverage.py)
 
     def __init__(self, classifier: CategoryClassifier | None = None) -> None:
         self.classifier = classifier or shared()

@@ -45,6 +45,7 @@ _LLAMA3_TAIL = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 
 class GuardModel:
     enforces = True  # Llama Guard's verdicts feed the blacklist and alert policy
+    rereads_windows = False  # a second model: every answer is read again
 
     def __init__(
         self,

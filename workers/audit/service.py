@@ -9,6 +9,12 @@ guard call runs at a time, in a thread. When the guard falls behind, the ledger'
 `max_lag_ms` can skip turns that finished too long ago: recorded with error `audit_skipped`
 and counted, so a trace is never silently unaudited.
 
+A guard that is the streaming check's own classifier (`rereads_windows`: the category
+guard) is not run on an answer the windows already read whole and released
+(`coverage.read_whole_by_windows`): no reading, no verdict record, counted in `covered`.
+The windows' verdicts, on the turn's `turn.completed`, are that answer's record. Llama Guard
+reads every answer.
+
 Each result is a `safety.verdict` (stage `audit`: allow, or block with the S-categories,
 with the guard's scores and the lag), where the events log and the trace views pick it up;
 the `AuditPolicy` turns repeated unsafe turns into blacklist entries (the input screen
@@ -38,6 +44,7 @@ from schemas.events import (
     SafetyVerdict,
     TraceRecorded,
 )
+from workers.audit.coverage import read_whole_by_windows
 from workers.audit.guard import Guard
 from workers.audit.guard_prompt import GuardResult
 from workers.audit.ledger import AuditJob, AuditLedger
@@ -76,6 +83,7 @@ class AuditService:
         self.clock_ms = clock_ms
         self.alerts = 0
         self.blacklisted = 0
+        self.covered = 0  # answers the windows had read whole with the guard's own model
         self._guard_slot = asyncio.Lock()  # one guard call at a time, in arrival order
 
     async def handle(self, event: AnyEvent) -> None:
@@ -84,6 +92,9 @@ class AuditService:
         if not isinstance(event, TraceRecorded) or event.completed is None:
             return  # timed-out turns have no answer to audit
         submitted, completed = event.submitted, event.completed
+        if self.guard.rereads_windows and read_whole_by_windows(completed):
+            self.covered += 1
+            return
         job = AuditJob(
             turn_id=event.turn_id,
             tenant=submitted.tenant_id,

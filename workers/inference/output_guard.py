@@ -6,6 +6,8 @@ deltas: windows end on delta boundaries), so clients see the same chunks with or
 holding back. It ends in one of three ways, once: `settled` with no stop (every window
 judged, or optimistic gave up waiting: `unaudited`), a cut (the answer is replaced by a
 canned reply the history keeps), or a fail-closed timeout (hold-back: no verdict in time).
+The verdicts it received are kept, one per window, for the turn's `turn.completed`: the
+events log reads them there.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from moderation.language import detect
 from moderation.output_gate import GateStep, OutputGate
 from moderation.verdict import Action, reason_for
 from moderation.windows import Window
-from schemas.events import OUTPUT_CUT, ErrorInfo, FinishReason, OutputSafety
+from schemas.events import OUTPUT_CUT, ErrorInfo, FinishReason, OutputSafety, SafetyVerdict
 
 CUT_REPLY = "I can't continue with that answer."
 
@@ -51,6 +53,7 @@ class OutputGuard:
         self._unshown: deque[str] = deque()  # deltas received, not yet relayed
         self._shown: list[str] = []
         self._cut_labels: list[str] = []
+        self._received: dict[int, SafetyVerdict] = {}  # by window: a redelivery replaces
         self.settled = asyncio.Event()
         self.stopped: SafetyStop | None = None
 
@@ -58,6 +61,16 @@ class OutputGuard:
         if text:
             self._unshown.append(text)
         await self._apply(self.gate.on_delta(text, tokens, self._clock_ms()))
+
+    async def received(self, verdict: SafetyVerdict) -> None:
+        """A verdict from the safety worker: kept for the record, then applied."""
+        self._received[verdict.window] = verdict
+        await self.verdict(verdict.window, str(verdict.action), verdict.labels)
+
+    @property
+    def verdicts(self) -> list[SafetyVerdict]:
+        """The verdicts received, in window order."""
+        return [self._received[w] for w in sorted(self._received)]
 
     async def verdict(self, window: int, action: str, labels: list[str]) -> None:
         if action != Action.RELEASE:

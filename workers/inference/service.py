@@ -174,7 +174,7 @@ class InferenceService:
                 elif isinstance(event, SafetyVerdict):
                     guard = self._guards.get(event.turn_id)
                     if guard is not None:
-                        await guard.verdict(event.window, str(event.action), event.labels)
+                        await guard.received(event)
         finally:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()
@@ -280,6 +280,7 @@ class InferenceService:
             error,
             replacement=_replacement(guard, finish),
             output_safety=guard.summary() if guard is not None else None,
+            verdicts=guard.verdicts if guard is not None else None,
             screening=assembled.screening,
             speech=speech,
         )
@@ -514,6 +515,7 @@ class InferenceService:
         *,
         replacement: str | None = None,
         output_safety: OutputSafety | None = None,
+        verdicts: list[SafetyVerdict] | None = None,
         screening: Screening | None = None,
         speech: SpeechFeed | None = None,
     ) -> TurnCompleted:
@@ -539,7 +541,10 @@ class InferenceService:
             completed = msgspec.structs.replace(completed, text=replacement)
         if output_safety is not None or screening is not None:
             completed = msgspec.structs.replace(
-                completed, output_safety=output_safety, screening=screening
+                completed,
+                output_safety=output_safety,
+                screening=screening,
+                verdicts=verdicts or [],
             )
         # Record first, tell the client last: once it sees `response.done`, the outcome is
         # durable in Kafka (the assembly job adds it to the history from there).

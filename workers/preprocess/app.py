@@ -12,7 +12,7 @@ from moderation.input_gate import InputGate
 from moderation.screen import InputScreen, SafetyConfig
 from runtime.settings import Settings
 from schemas.ids import now_ms
-from schemas.topics import SAFETY_VERDICTS, TURNS_ENRICHED, TURNS_SUBMITTED
+from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
 from workers.preprocess.service import PreprocessConfig, PreprocessService
 from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
@@ -46,8 +46,6 @@ def build_gate(settings: Settings, clients: WorkerClients) -> InputGate | None:
     blacklist = RedisBlacklist(clients.redis, prefix=clients.names.prefix)
     return InputGate(
         screen=InputScreen(config, blacklist=blacklist),
-        producer=clients.producer,
-        verdicts_topic=clients.topic(SAFETY_VERDICTS),
         checker=clients.worker_id,
         clock_ms=now_ms,
     )

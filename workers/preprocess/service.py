@@ -34,6 +34,7 @@ from schemas.events import (
     InputTranscribed,
     MediaKind,
     MediaRef,
+    SafetyVerdict,
     Screening,
     TranscriptSegment,
     TurnEnriched,
@@ -124,9 +125,13 @@ class PreprocessService:
                 if decision.blocked:
                     log.info("turn %s blocked: %s", turn.turn_id, decision.screening.labels)
                     error = ErrorInfo(decision.code, decision.reason, False)
-                    await self._fail(turn, error, FinishReason.SAFETY, decision.screening)
+                    await self._fail(
+                        turn, error, FinishReason.SAFETY, decision.screening, decision.verdict
+                    )
                     return
-                enriched = msgspec.structs.replace(enriched, screening=decision.screening)
+                enriched = msgspec.structs.replace(
+                    enriched, screening=decision.screening, verdicts=[decision.verdict]
+                )
             await retry_transient(
                 "publishing turns.enriched",
                 lambda: self.producer.send_and_wait(
@@ -191,6 +196,7 @@ class PreprocessService:
         error: ErrorInfo,
         finish_reason: FinishReason = FinishReason.ERROR,
         screening: Screening | None = None,
+        verdict: SafetyVerdict | None = None,
     ) -> None:
         completed = error_outcome(
             turn,
@@ -199,5 +205,6 @@ class PreprocessService:
             now_ms=self.clock_ms(),
             finish_reason=finish_reason,
             screening=screening,
+            verdicts=[verdict] if verdict is not None else None,
         )
         await self.outcomes.record(completed, turn.edge_id)

@@ -19,6 +19,7 @@ from schemas.errors import DecodeError
 from schemas.events import (
     ErrorInfo,
     FinishReason,
+    SafetyVerdict,
     Screening,
     Timings,
     TurnCompleted,
@@ -40,9 +41,11 @@ def error_outcome(
     model: str = "",
     finish_reason: FinishReason = FinishReason.ERROR,
     screening: Screening | None = None,
+    verdicts: list[SafetyVerdict] | None = None,
 ) -> TurnCompleted:
     """The terminal event of a turn that ended before generating anything (failed, or
-    refused by the input screen: `finish_reason` safety, with its `screening`)."""
+    refused by the input screen: `finish_reason` safety, with its `screening` and the
+    verdict for the events log)."""
     elapsed = round(now_ms - turn.submitted_at_ms, 3)
     return TurnCompleted(
         turn_id=turn.turn_id,
@@ -58,6 +61,7 @@ def error_outcome(
         completed_at_ms=now_ms,
         error=error,
         screening=screening,
+        verdicts=verdicts or [],
     )
 
 

@@ -1,4 +1,5 @@
-"""Wiring of the safety worker: settings → output check, Kafka, Redis → running service."""
+"""Wiring of the safety worker: settings → output check, Kafka (windows in), Redis (verdicts
+out) → running service."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import AsyncIterator
 from moderation.screen import OutputCheck, SafetyConfig
 from runtime.settings import Settings
 from schemas.ids import now_ms
-from schemas.topics import SAFETY_VERDICTS, SAFETY_WINDOWS
+from schemas.topics import SAFETY_WINDOWS
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
 from workers.safety.service import SafetyService, SafetyServiceConfig
@@ -23,11 +24,8 @@ async def run_safety_worker(
     clients = WorkerClients.build(settings, CONSUMER_GROUP, SAFETY_WINDOWS)
     service = SafetyService(
         redis=clients.redis,
-        producer=clients.producer,
         check=check or OutputCheck(SafetyConfig(categories=settings.safety_categories)),
-        config=SafetyServiceConfig(
-            worker_id=clients.worker_id, verdicts_topic=clients.topic(SAFETY_VERDICTS)
-        ),
+        config=SafetyServiceConfig(worker_id=clients.worker_id),
         clock_ms=now_ms,
     )
     loop = clients.consume_loop(service.handle, service.fail_window, max_inflight=64)

@@ -1,9 +1,14 @@
 """The safety worker: windows of streaming answers in, verdicts out (consumer group
 `safety` on Kafka `safety.windows`).
 
-A verdict goes first to the Redis channel the window names (`reply_to`: the inference
-worker streaming that answer, waiting to release or cut), then to Kafka `safety.verdicts`
-for the audit log. The check is synchronous (~5 ms a window with the category classifier,
+A verdict goes to the Redis channel the window names (`reply_to`: the inference worker
+streaming that answer, waiting to release or cut), and only there: that worker records the
+verdicts it received on the turn's `turn.completed`, where the events log reads them (one
+Kafka record per turn instead of one per window). A verdict that came too late for the
+stream (optimistic mode went on: `unaudited`) is not in the log; the audit then reads the
+answer itself (`workers/audit`).
+
+The check is synchronous (~5 ms a window with the category classifier,
 ~40 ms in Hindi), so it runs in a worker thread, off the event loop; windows that arrive
 while one is being checked are checked together next (`Coalescing`: no waiting when idle,
 the classifier's batch shared under load); a check that fails on
@@ -17,7 +22,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
 from moderation.recording import verdict_event
@@ -38,7 +42,6 @@ log = logging.getLogger("turnstream.safety")
 @dataclass(frozen=True, slots=True)
 class SafetyServiceConfig:
     worker_id: str
-    verdicts_topic: str
 
 
 class SafetyService:
@@ -46,13 +49,11 @@ class SafetyService:
         self,
         *,
         redis: Redis,
-        producer: AIOKafkaProducer,
         check: OutputCheck,
         config: SafetyServiceConfig,
         clock_ms: Callable[[], float],
     ) -> None:
         self.redis = redis
-        self.producer = producer
         self.check = check
         self.config = config
         self.clock_ms = clock_ms
@@ -76,11 +77,7 @@ class SafetyService:
             now_ms=self.clock_ms(),
             window=event.index,
         )
-        payload = encode(answer)
-        await self.redis.publish(event.reply_to, payload)  # the waiting stream first
-        await self.producer.send(
-            self.config.verdicts_topic, payload, key=event.conversation_id.encode()
-        )
+        await self.redis.publish(event.reply_to, encode(answer))
         self.judged += 1
         self.cut += answer.action == SafetyAction.CUT
 

@@ -30,7 +30,7 @@ from schemas.topics import (
 from schemas.traces import TRACE_COLUMNS
 from workers.runtime.kafka import make_consumer, make_producer
 from workers.sink.batch import BatchLimits
-from workers.sink.event_log import EVENT_COLUMNS, event_row
+from workers.sink.event_log import EVENT_COLUMNS, event_rows
 from workers.sink.rows import (
     FEEDBACK_COLUMNS,
     TURN_COLUMNS,
@@ -54,7 +54,7 @@ def route_group(namespace: str, route: str) -> str:
 
 def _only(kind: type, build: Callable[..., tuple]) -> RowOf:
     """The row of `kind` events (others on the route's topics are not for this table)."""
-    return lambda event, now: build(event, now_ms=now) if isinstance(event, kind) else None
+    return lambda event, now: [build(event, now_ms=now)] if isinstance(event, kind) else []
 
 
 TURNS = TableSpec(
@@ -84,7 +84,7 @@ METRICS_TABLE = TableSpec(
 EVENTS_TABLE = TableSpec(
     table=f"{DEFAULT_DATABASE}.events",
     columns=EVENT_COLUMNS,
-    row_of=lambda event, now: event_row(event, now_ms=now),
+    row_of=lambda event, now: event_rows(event, now_ms=now),
     stamp_index=EVENT_COLUMNS.index("at"),
 )
 # every event of a turn, one route: a new event type's topic joins this tuple

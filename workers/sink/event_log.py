@@ -5,8 +5,10 @@ Generic over event types: each type only says who the turn belongs to, when the 
 happened and a few audit facts (`_FACTS`); the ids, time and size checks, the tag and the
 compact JSON payload are the same for all. A later event type (a routing decision, a safety
 verdict) joins the log by adding its facts function here and its topic to the sink's route.
-The Kafka source columns (`kafka_topic`, `kafka_partition`, `kafka_offset`) are the sink's:
-they are not built here.
+Verdicts that ride on another event (`verdicts`: the input screen's on `turn.enriched`, the
+output windows' on `turn.completed`) get a row each, as if they had come on their own: one
+record, several rows (`event_rows`). The Kafka source columns (`kafka_topic`,
+`kafka_partition`, `kafka_offset`) are the sink's: they are not built here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+import msgspec
 
 from schemas.codec import encode
 from schemas.events import (
@@ -180,6 +184,26 @@ _FACTS: dict[type[Event], Callable[[Any], Facts]] = {
 def _inner_turn_id(event: Event) -> str | None:
     submitted = getattr(event, "submitted", None)
     return submitted.turn_id if isinstance(submitted, TurnSubmitted) else None
+
+
+def event_rows(event: Event, *, now_ms: float) -> list[tuple]:
+    """The `events` rows of one record: its event's, then one per verdict it carries (its
+    own row's payload leaves them out: each is in its row). Rows of one record share its
+    Kafka coordinates, so they must differ in the table's sort key: verdicts stamped in the
+    same millisecond are spread 1 ms apart, in the order they came."""
+    carried: list[SafetyVerdict] = list(getattr(event, "verdicts", ()))
+    if carried:
+        event = msgspec.structs.replace(event, verdicts=[])
+    row = event_row(event, now_ms=now_ms)
+    rows = [] if row is None else [row]
+    last_ms = float("-inf")
+    for verdict in carried:
+        at_ms = max(float(int(verdict.at_ms)), last_ms + 1)
+        last_ms = at_ms
+        verdict_row = event_row(msgspec.structs.replace(verdict, at_ms=at_ms), now_ms=now_ms)
+        if verdict_row is not None:
+            rows.append(verdict_row)
+    return rows
 
 
 def event_row(event: Event, *, now_ms: float) -> tuple | None:

@@ -42,7 +42,7 @@ log = logging.getLogger("turnstream.sink")
 
 MAX_RETRY_DELAY_S = 5.0
 LAG_SAMPLES = 200_000  # enough for every row of a benchmark run
-RowOf = Callable[[Any, float], tuple | None]  # event, now → row (None: not for this table)
+RowOf = Callable[[Any, float], list[tuple]]  # event, now → its rows ([]: not for this table)
 # appended by the sink to every row: the record it came from (see migration 0005)
 SOURCE_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
 
@@ -140,12 +140,14 @@ class ClickHouseSink:
             self.stats.already_stored += 1
             return
         try:
-            row = self.spec.row_of(decode(record.value), now_ms())
+            rows = self.spec.row_of(decode(record.value), now_ms())
         except (DecodeError, RowRejected) as err:
             await self._dead_letter(record, getattr(err, "code", "invalid_row"), str(err))
             return
-        if row is not None:
-            batch.add((*row, record.topic, record.partition, record.offset), len(record.value))
+        size = len(record.value)
+        for row in rows:  # one record's rows go together: one batch, one insert
+            batch.add((*row, record.topic, record.partition, record.offset), size)
+            size = 0
 
     async def _stored_since(self, tp: TopicPartition, offset: int) -> set[int]:
         """Offsets of `tp` from `offset` on whose rows are already in the table."""

@@ -24,6 +24,7 @@ class RecordingProducer:
 class ScriptedGuard:
     name = "scripted"
     enforces = True
+    rereads_windows = False
 
     def __init__(self, result: GuardResult) -> None:
         self.result = result

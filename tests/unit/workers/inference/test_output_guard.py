@@ -4,7 +4,7 @@ Kafka or Redis: the I/O is recorded)."""
 from __future__ import annotations
 
 from moderation.output_gate import GateConfig, OutputGate, Policy
-from schemas.events import FinishReason
+from schemas.events import FinishReason, SafetyAction, SafetyStage, SafetyVerdict
 from workers.inference.output_guard import OutputGuard, SafetyStop
 
 
@@ -85,3 +85,32 @@ async def test_optimistic_ends_unaudited_when_no_verdict_comes():
     await guard.wait_settled(tick_s=0.001)
     assert rec.stops == [] and guard.stopped is None and guard.gate.summary().unaudited
     assert rec.relayed == ["hello "]
+
+
+def _verdict(window: int, action: SafetyAction, checker: str = "safety-1") -> SafetyVerdict:
+    return SafetyVerdict(
+        turn_id="t",
+        conversation_id="c",
+        tenant_id="acme",
+        user_id="u",
+        stage=SafetyStage.OUTPUT,
+        action=action,
+        window=window,
+        checker=checker,
+        at_ms=1.0,
+    )
+
+
+async def test_the_verdicts_received_are_kept_in_window_order_for_the_completion():
+    """They reach the events log only on the turn's completion: every window's, once (a
+    window judged twice after a redelivery keeps its last verdict)."""
+    rec = Recorder()
+    guard = rec.guard(Policy.HOLD_BACK)
+    for word in ["one ", "two ", "three ", "four "]:
+        await guard.delta(word, 1)
+    await guard.finish()
+    await guard.received(_verdict(1, SafetyAction.RELEASE))
+    await guard.received(_verdict(0, SafetyAction.RELEASE, checker="safety-1"))
+    await guard.received(_verdict(0, SafetyAction.RELEASE, checker="safety-2"))
+    assert guard.settled.is_set() and guard.shown_text == "one two three four "
+    assert [(v.window, v.checker) for v in guard.verdicts] == [(0, "safety-2"), (1, "safety-1")]

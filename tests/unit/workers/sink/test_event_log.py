@@ -30,7 +30,7 @@ from schemas.events import (
 )
 from schemas.ids import now_ms
 from workers.sink.app import ROUTES
-from workers.sink.event_log import EVENT_COLUMNS, MAX_PAYLOAD_BYTES, event_row
+from workers.sink.event_log import EVENT_COLUMNS, MAX_PAYLOAD_BYTES, event_row, event_rows
 from workers.sink.rows import RowRejected
 
 NOW = now_ms()
@@ -155,6 +155,47 @@ def test_a_safety_verdict_sits_between_its_neighbours_and_names_its_decision():
     assert 30 < window["step"] < 60 and window["detail"] == "output:block"
 
 
+def _window_verdict(window: int, at_ms: float) -> SafetyVerdict:
+    return SafetyVerdict(
+        turn_id="t1",
+        conversation_id="c1",
+        tenant_id="acme",
+        user_id="ann",
+        stage=SafetyStage.OUTPUT,
+        action=SafetyAction.RELEASE,
+        scores={"harm": -1.2},
+        window=window,
+        checker="safety-1",
+        at_ms=at_ms,
+    )
+
+
+def test_verdicts_riding_on_an_event_get_a_row_each_and_leave_its_payload():
+    """The windows' verdicts come on the completion: its own row (payload without them),
+    then one row per verdict as if it had come alone; two stamped in the same millisecond
+    are spread 1 ms apart (one record's rows share their Kafka coordinates, so they must
+    differ in the sort key or ReplacingMergeTree would keep one)."""
+    verdicts = [_window_verdict(0, T0 + 5.2), _window_verdict(1, T0 + 5.7)]
+    event = msgspec.structs.replace(completed("t1", completed_at_ms=T0 + 9), verdicts=verdicts)
+    rows = [dict(zip(EVENT_COLUMNS, r, strict=True)) for r in event_rows(event, now_ms=NOW)]
+    assert [r["kind"] for r in rows] == ["turn.completed", "safety.verdict", "safety.verdict"]
+    assert decode(rows[0]["payload"].encode()).verdicts == []
+    assert [decode(r["payload"].encode()).window for r in rows[1:]] == [0, 1]
+    assert [r["at"] for r in rows[1:]] == [at(T0 + 5), at(T0 + 6)]
+    assert all(r["detail"] == "output:release" and r["step"] == 45 for r in rows[1:])
+    assert event_rows(completed("t1", completed_at_ms=T0), now_ms=NOW)[0] == event_row(
+        completed("t1", completed_at_ms=T0), now_ms=NOW
+    )
+
+
+def test_the_input_verdict_rides_on_the_enriched_event():
+    verdict = msgspec.structs.replace(_window_verdict(-1, T0 + 1), stage=SafetyStage.INPUT)
+    event = TurnEnriched(turn_id="t1", submitted=turn(), text="héllo", verdicts=[verdict])
+    kinds = [r[0] for r in event_rows(event, now_ms=NOW)]
+    assert kinds == ["turn.enriched", "safety.verdict"]
+    assert event_rows(TraceRecorded(turn_id="t1", submitted=turn()), now_ms=NOW) == []
+
+
 def test_events_the_log_does_not_keep_give_no_row():
     trace = TraceRecorded(turn_id="t1", submitted=turn(), closed_at_ms=T0)
     metrics = WorkerMetrics(
@@ -177,8 +218,8 @@ def test_the_route_reads_every_topic_of_a_turn_into_events():
     }
     assert spec.table.endswith(".events") and spec.columns == EVENT_COLUMNS
     assert not {"kafka_topic", "kafka_partition", "kafka_offset"} & set(EVENT_COLUMNS)
-    row = spec.row_of(turn(), NOW)
-    assert row is not None and row[spec.stamp_index] == at(T0)
+    [row] = spec.row_of(turn(), NOW)
+    assert row[spec.stamp_index] == at(T0)
 
 
 @pytest.mark.parametrize(
