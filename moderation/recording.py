@@ -9,6 +9,7 @@ from moderation.verdict import Verdict
 from schemas.events import SafetyAction, SafetyStage, SafetyVerdict
 
 MAX_EVIDENCE_CHARS = 2000  # of refused text, kept with its verdict for audits
+CLASSIFIER_SCORE = "harm"  # in a verdict's scores when the category classifier read the text
 
 
 class TurnOwner(Protocol):
@@ -51,3 +52,9 @@ def verdict_event(
         at_ms=now_ms,
         error=verdict.error or "",
     )
+
+
+def released_by_classifier(event: SafetyVerdict) -> bool:
+    """A window the category classifier read without error, and released."""
+    read = not event.error and CLASSIFIER_SCORE in event.scores
+    return read and event.action == SafetyAction.RELEASE

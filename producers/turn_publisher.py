@@ -2,6 +2,9 @@
 
 The producer starts in the background and reconnects on its own, so the edge keeps serving
 (and says `broker_unavailable`, retryable) while Kafka is down instead of refusing to start.
+A turn that comes before the first connection waits for it as long as it would wait for an
+ack: an edge that has just started (or a broker that has just come up) does not refuse the
+turns of its first second.
 A turn counts as accepted only once Kafka acked it (acks=all); when the
 ack does not come in time the client is told to retry, and a retry with the same
 `client_turn_id` maps to the same turn id, so the worker answers it once.
@@ -76,6 +79,8 @@ class TurnPublisher:
     ) -> None:
         """Publish an event keyed by its conversation (to `topic`, default: the turns')."""
         producer = self._producer
+        if producer is None and await self.wait_connected(self._timeout_s):
+            producer = self._producer
         if producer is None:
             raise PublishFailed("not connected to Kafka")
         topic = topic or self._topic

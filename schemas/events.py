@@ -362,7 +362,8 @@ class OutputSafety(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How an answer fared under the incremental output check, for its trace: the policy,
     windows sent and released, the window that was cut (-1: none), `unaudited` (optimistic
     stopped waiting for a verdict), the longest hold-back delay and the median verdict
-    round trip."""
+    round trip. `classified`: windows released by a check that ran the category classifier
+    without error (when it equals `windows`, that model read the whole answer)."""
 
     policy: str
     windows: int
@@ -371,6 +372,7 @@ class OutputSafety(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     unaudited: bool = False
     max_hold_ms: float = 0.0
     verdict_p50_ms: float = 0.0
+    classified: int = 0
 
 
 class ImageGeneration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

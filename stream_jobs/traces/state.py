@@ -57,7 +57,7 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.screening = pending.screening or event.screening
             pending.submitted = pending.submitted or event.submitted
         case TurnCompleted():
-            pending.completed = event
+            pending.completed = without_verdicts(event)
             pending.screening = event.screening or pending.screening
         case _:
             return None
@@ -108,3 +108,11 @@ def timed_out(pending: PendingTrace, turn_id: str, now_ms: float) -> TraceRecord
 def expired(opened: dict[bytes, float], now_ms: float, timeout_ms: float) -> list[bytes]:
     """Keys first seen longer than `timeout_ms` ago."""
     return [key for key, first_seen in opened.items() if now_ms - first_seen >= timeout_ms]
+
+
+def without_verdicts(completed: TurnCompleted) -> TurnCompleted:
+    """The completion as the trace keeps it: the verdicts it carried are in the events log
+    (a row each) and counted in its `output_safety`; the trace does not repeat them."""
+    if not completed.verdicts:
+        return completed
+    return msgspec.structs.replace(completed, verdicts=[])

@@ -125,6 +125,36 @@ async def test_tenants_never_share_a_conversation(fake_pipeline):
     assert other.text.endswith("(turn 1)")  # t1's two turns are not in t2's context
 
 
+async def test_a_turn_sent_while_the_edge_still_connects_waits_for_kafka(fake_settings: Settings):
+    """The first turn of an edge that has just started (its producer is still connecting in
+    the background) is published, not refused with broker_unavailable."""
+    from producers.turn_publisher import TurnPublisher
+
+    topic = f"{fake_settings.namespace}.turns.submitted"
+    publisher = TurnPublisher(
+        fake_settings.kafka_bootstrap, topic, client_id="early-edge", timeout_s=10.0
+    )
+    await publisher.start()
+    try:
+        assert not await publisher.wait_connected(0)  # not connected yet
+        turn = TurnSubmitted(
+            turn_id=f"t-{uuid.uuid4().hex[:8]}",
+            conversation_id=conv(),
+            tenant_id="acme",
+            user_id="early",
+            edge_id="e",
+            text="first!",
+            submitted_at_ms=now_ms(),
+        )
+        await publisher.publish(turn)
+    finally:
+        await publisher.stop()
+    record = await find_record(
+        fake_settings.kafka_bootstrap, topic, lambda r: turn.turn_id.encode() in r.value
+    )
+    assert record.key == turn.conversation_id.encode()
+
+
 async def test_unreachable_broker_gives_a_retryable_error(fake_settings: Settings):
     settings = Settings.from_env(
         namespace=fake_settings.namespace,

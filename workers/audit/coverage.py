@@ -3,27 +3,20 @@
 
 The output windows overlap (`moderation.windows`), so together they hold every character
 of the answer; each was read whole (a window is far under the check's head and tail caps).
-The answer counts as read only when every window sent has its verdict on the completion,
-every one was a release by a check that ran the classifier (its `harm` score is there) and
-none failed: a cut answer, an answer the optimistic policy let through without a verdict
-(`unaudited`) or one whose classifier failed on some window is audited as before.
+The answer counts as read only when every window sent was released by a check that ran the
+classifier without error (`OutputSafety.classified`, counted by the inference worker from
+the verdicts it received): a cut answer, an answer the optimistic policy let through
+without a verdict (`unaudited`) or one whose classifier failed on some window is audited
+as before.
 """
 
 from __future__ import annotations
 
-from schemas.events import SafetyAction, SafetyStage, TurnCompleted
-
-CLASSIFIER_SCORE = "harm"  # in a verdict's scores when the category classifier read the text
+from schemas.events import TurnCompleted
 
 
 def read_whole_by_windows(completed: TurnCompleted) -> bool:
     safety = completed.output_safety
     if safety is None or safety.windows < 1 or safety.unaudited or safety.cut_window >= 0:
         return False
-    if safety.released != safety.windows:
-        return False
-    windows = [v for v in completed.verdicts if v.stage == SafetyStage.OUTPUT]
-    return len(windows) == safety.windows and all(
-        v.action == SafetyAction.RELEASE and not v.error and CLASSIFIER_SCORE in v.scores
-        for v in windows
-    )
+    return safety.released == safety.windows == safety.classified

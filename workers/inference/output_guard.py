@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from moderation.language import detect
 from moderation.output_gate import GateStep, OutputGate
+from moderation.recording import released_by_classifier
 from moderation.verdict import Action, reason_for
 from moderation.windows import Window
 from schemas.events import OUTPUT_CUT, ErrorInfo, FinishReason, OutputSafety, SafetyVerdict
@@ -138,4 +139,5 @@ class OutputGuard:
             unaudited=numbers.unaudited,
             max_hold_ms=round(numbers.max_hold_ms, 3),
             verdict_p50_ms=round(latencies[len(latencies) // 2], 3) if latencies else 0.0,
+            classified=sum(released_by_classifier(v) for v in self._received.values()),
         )

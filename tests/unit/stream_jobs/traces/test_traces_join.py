@@ -117,3 +117,25 @@ def test_a_completed_turn_whose_assembly_never_comes_is_closed_with_its_completi
     assert trace is not None and trace.completed is not None and trace.context is None
     row = dict(zip(TRACE_COLUMNS, trace_row(trace, now_ms=at + 40_000), strict=True))
     assert (row["status"], row["e2e_ms"]) == ("completed", 3)
+
+
+def test_the_trace_leaves_out_the_verdicts_the_completion_carried():
+    """They are in the events log (a row each) and counted in `output_safety`."""
+    from schemas.events import SafetyStage, SafetyVerdict
+
+    verdict = SafetyVerdict(
+        turn_id="t8",
+        conversation_id="c",
+        tenant_id="acme",
+        user_id="u",
+        stage=SafetyStage.OUTPUT,
+        action=SafetyAction.RELEASE,
+        window=0,
+        at_ms=1.0,
+    )
+    checked = OutputSafety(policy="optimistic", windows=1, released=1, classified=1)
+    pending = PendingTrace()
+    on_event(pending, submitted("t8"))
+    trace = on_event(pending, completed("t8", output_safety=checked, verdicts=[verdict]))
+    assert trace is not None and trace.completed is not None
+    assert trace.completed.verdicts == [] and trace.completed.output_safety == checked

@@ -9,44 +9,18 @@ import pytest
 
 from harness.factories import completed, submitted
 from schemas.codec import decode
-from schemas.events import (
-    OutputSafety,
-    SafetyAction,
-    SafetyStage,
-    SafetyVerdict,
-    TraceRecorded,
-    TurnCompleted,
-)
+from schemas.events import OutputSafety, SafetyStage, TraceRecorded, TurnCompleted
 from tests.unit.workers.audit.test_audit_service import RecordingProducer, ScriptedGuard, service
 from workers.audit.coverage import read_whole_by_windows
 from workers.audit.guard_prompt import GuardResult
 from workers.audit.ledger import AuditLedger
 
 
-def window(index: int, **fields) -> SafetyVerdict:
-    values = {
-        "turn_id": "t",
-        "conversation_id": "c",
-        "tenant_id": "acme",
-        "user_id": "u",
-        "stage": SafetyStage.OUTPUT,
-        "action": SafetyAction.RELEASE,
-        "scores": {"harm": -1.3, "harm_threshold": 0.46},
-        "window": index,
-        "at_ms": 1.0,
-    }
-    return SafetyVerdict(**{**values, **fields})
-
-
-def answer(
-    windows: int = 2, verdicts: list[SafetyVerdict] | None = None, **safety
-) -> TurnCompleted:
-    summary = OutputSafety(policy="optimistic", windows=windows, released=windows)
-    return completed(
-        "t",
-        output_safety=msgspec.structs.replace(summary, **safety),
-        verdicts=[window(i) for i in range(windows)] if verdicts is None else verdicts,
+def answer(windows: int = 2, **safety) -> TurnCompleted:
+    summary = OutputSafety(
+        policy="optimistic", windows=windows, released=windows, classified=windows
     )
+    return completed("t", output_safety=msgspec.structs.replace(summary, **safety))
 
 
 def test_an_answer_whose_every_window_the_classifier_released_was_read_whole():
@@ -58,17 +32,10 @@ def test_an_answer_whose_every_window_the_classifier_released_was_read_whole():
     [
         ("not checked", completed("t")),
         ("no window", answer(windows=0)),
-        ("one verdict missing", answer(verdicts=[window(0)])),
         ("unaudited", answer(unaudited=True)),
-        ("cut", answer(cut_window=1, released=1)),
-        ("not all released", answer(released=1)),
-        ("a classifier error", answer(verdicts=[window(0), window(1, error="classifier_error")])),
-        ("rules only", answer(verdicts=[window(0), window(1, scores={"profanity": 0.1})])),
-        ("a cut verdict", answer(verdicts=[window(0), window(1, action=SafetyAction.CUT)])),
-        (
-            "an input verdict is no window",
-            answer(verdicts=[window(0), window(-1, stage=SafetyStage.INPUT)]),
-        ),
+        ("cut", answer(cut_window=1, released=1, classified=1)),
+        ("not all released", answer(released=1, classified=1)),
+        ("a window the classifier failed on, or rules only", answer(classified=1)),
     ],
 )
 def test_anything_short_of_that_is_audited(case: str, turn: TurnCompleted):

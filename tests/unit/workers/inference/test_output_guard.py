@@ -87,7 +87,9 @@ async def test_optimistic_ends_unaudited_when_no_verdict_comes():
     assert rec.relayed == ["hello "]
 
 
-def _verdict(window: int, action: SafetyAction, checker: str = "safety-1") -> SafetyVerdict:
+def _verdict(
+    window: int, action: SafetyAction, checker: str = "safety-1", **fields
+) -> SafetyVerdict:
     return SafetyVerdict(
         turn_id="t",
         conversation_id="c",
@@ -98,6 +100,7 @@ def _verdict(window: int, action: SafetyAction, checker: str = "safety-1") -> Sa
         window=window,
         checker=checker,
         at_ms=1.0,
+        **fields,
     )
 
 
@@ -114,3 +117,19 @@ async def test_the_verdicts_received_are_kept_in_window_order_for_the_completion
     await guard.received(_verdict(0, SafetyAction.RELEASE, checker="safety-2"))
     assert guard.settled.is_set() and guard.shown_text == "one two three four "
     assert [(v.window, v.checker) for v in guard.verdicts] == [(0, "safety-2"), (1, "safety-1")]
+
+
+async def test_the_summary_counts_the_windows_the_classifier_released():
+    """What the audit's coverage reads: a window the rules alone judged, or the classifier
+    failed on, is not counted."""
+    rec = Recorder()
+    guard = rec.guard(Policy.OPTIMISTIC)
+    for word in ["a ", "b ", "c ", "d ", "e ", "f ", "g "]:
+        await guard.delta(word, 1)
+    await guard.finish()
+    read = {"harm": -1.0, "harm_threshold": 0.46}
+    await guard.received(_verdict(0, SafetyAction.RELEASE, scores=read))
+    await guard.received(_verdict(1, SafetyAction.RELEASE, scores={"profanity": 0.1}))
+    await guard.received(_verdict(2, SafetyAction.RELEASE, scores=read, error="classifier"))
+    summary = guard.summary()
+    assert (summary.windows, summary.released, summary.classified) == (3, 3, 1)
