@@ -145,6 +145,12 @@ EDGE_SLOW_CLOSED = Counter(
     "Connections closed for falling too far behind (1013).",
     registry=REGISTRY,
 )
+EDGE_HTTP_REQUESTS = Counter(
+    "turnstream_edge_http_requests_total",
+    "Requests to the edge's HTTP door, by route and status.",
+    ["route", "status"],
+    registry=REGISTRY,
+)
 EDGE_RESUMES = Counter(
     "turnstream_edge_resumes_total",
     "response.resume answers, by status (resumed, restarted, expired, refused).",

@@ -62,6 +62,16 @@ class Settings:
     # --- edge -------------------------------------------------------------------------------
     edge_host: str = _var("TURNSTREAM_EDGE_HOST", "127.0.0.1", "Address the edge binds.")
     edge_port: int = _var("TURNSTREAM_EDGE_PORT", 8765, "Port the edge binds (0: any).")
+    edge_http_port: int = _var(
+        "TURNSTREAM_EDGE_HTTP_PORT",
+        8766,
+        "Port of the edge's HTTP door, the OpenAI-compatible API (0: any; -1: no HTTP door).",
+    )
+    sse_heartbeat_s: float = _var(
+        "TURNSTREAM_SSE_HEARTBEAT_S",
+        15.0,
+        "HTTP door: a comment line on an idle event stream this often, so proxies keep it open.",
+    )
     edge_id: str = _var("TURNSTREAM_EDGE_ID", "", "This edge node's id (empty: random).")
     auth_secret: str = _var(
         "TURNSTREAM_AUTH_SECRET",

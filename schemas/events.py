@@ -44,6 +44,7 @@ class DecodingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # OpenAI's: subtracted from a token's logit per time it is already in the answer (0: off)
     frequency_penalty: float = 0.0
     seed: int | None = None
+    stop: list[str] = []  # the answer ends before the first of these strings (not included)
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -192,6 +193,11 @@ class TurnSubmitted(Event, frozen=True, tag="turn.submitted"):
     arm: str = ""
     persona: str = ""
     image: ImageOptions | None = None  # options of a generated image (workers/imagegen)
+    # the history a stateless client carries (the HTTP door's chat completions): assembly
+    # builds the prompt from it instead of the conversation's stored one; None: the stored
+    history: list[Message] | None = None
+    # the client's own system message (HTTP door), read after the deployment's persona
+    instructions: str = ""
     # the W3C traceparent of the turn's root span at the edge ("" when not traced): the
     # Kafka headers carry each hop's own context; this copy rides inside every later event
     # (as their `submitted`), for hops that lost the headers and for the trace's ClickHouse

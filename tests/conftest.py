@@ -19,6 +19,9 @@ import pytest
 from runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
+# every edge a test starts (and the processes it starts) takes a free port for its HTTP door,
+# as the tests give the WebSocket door one (edge_port=0): several edges run side by side
+os.environ.setdefault("TURNSTREAM_EDGE_HTTP_PORT", "0")
 
 
 def _port_open(host_port: str) -> bool:

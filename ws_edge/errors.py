@@ -7,6 +7,8 @@ EdgeError
 │   ├── UnknownMessageType  a `type` the protocol does not have  code: unknown_type
 │   ├── InvalidMessage      wrong fields or values               code: invalid_message
 │   │                       (a voice the deployment does not offer: unknown_voice)
+│   │   └── UnsupportedParameter  an OpenAI request field the HTTP door does not
+│   │                       implement, named            code: unsupported_parameter
 │   ├── MessageTooLarge     over TURNSTREAM_MAX_MESSAGE_BYTES    code: message_too_large
 │   └── MediaTooLarge       media over the per-turn / buffer limits  code: media_too_large
 ├── AuthError               code: unauthenticated | token_invalid | token_expired
@@ -61,6 +63,16 @@ class UnknownMessageType(ProtocolError):
 
 class InvalidMessage(ProtocolError):
     code = "invalid_message"
+
+
+class UnsupportedParameter(InvalidMessage):
+    """A request field the HTTP door does not implement (named, so the client knows which)."""
+
+    code = "unsupported_parameter"
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class MessageTooLarge(ProtocolError):

@@ -132,9 +132,24 @@ class ImageOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
 
 
+class HistoryMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A message of the history a stateless client carries with its turn."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
 class CreateTurn(ClientMessage, tag="turn.create"):
     """Ask for an answer. `client_turn_id` makes a retry idempotent (same turn, answered once).
-    A turn needs `text`, `parts`, or both (`text` then comes first)."""
+    A turn needs `text`, `parts`, or both (`text` then comes first).
+
+    `history` (left out: the conversation's own, kept by the server) is the history of a
+    client that keeps it itself, as OpenAI's chat completions do; `instructions` is the
+    client's system message, read after the deployment's. `stop`: the answer ends before the
+    first of these strings."""
 
     conversation_id: Id
     text: str = ""
@@ -142,6 +157,11 @@ class CreateTurn(ClientMessage, tag="turn.create"):
     client_turn_id: Id | None = None
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    stop: Annotated[list[StopString], msgspec.Meta(max_length=4)] = []
+    history: list[HistoryMessage] | None = None
+    instructions: str = ""
     # speak this answer (`null`: text only); left out: the session's `speech` setting
     speech: SpeechOptions | msgspec.UnsetType | None = msgspec.UNSET
     # a generated picture's size, steps and seed, when the turn asks for one ("draw …")

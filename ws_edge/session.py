@@ -39,6 +39,8 @@ from schemas.events import (
     ImageGenerated,
     ImageProgress,
     InputTranscribed,
+    Message,
+    Role,
     SpeechAudio,
     SpeechSettings,
     TokenChunk,
@@ -64,6 +66,7 @@ from ws_edge.errors import (
     EdgeError,
     InvalidMessage,
     MalformedMessage,
+    MediaTooLarge,
     MessageTooLarge,
     TooManyTurns,
     UnknownMessageType,
@@ -122,6 +125,7 @@ class SessionLimits:
     max_open_turns: int = 8
     default_max_tokens: int = 256
     default_frequency_penalty: float = 0.8  # TURNSTREAM_DEFAULT_FREQUENCY_PENALTY
+    max_history_chars: int = 200_000  # a carried history's (TURNSTREAM_HISTORY_MAX_CHARS)
     media: MediaLimits = field(default_factory=MediaLimits)
     max_media_message_bytes: int = 16 * 1024 * 1024  # turn.create / audio.append frames
     voices: tuple[str, ...] = ("joe", "espeak")  # what the TTS workers offer
@@ -645,8 +649,12 @@ class Session(VoiceTurns):
         decoding = DecodingParams(
             max_tokens=msg.max_tokens or defaults.max_tokens,
             temperature=defaults.temperature if msg.temperature is None else msg.temperature,
+            top_p=defaults.top_p if msg.top_p is None else msg.top_p,
             frequency_penalty=self._limits.default_frequency_penalty,
+            seed=msg.seed,
+            stop=list(msg.stop),
         )
+        history = carried_history(msg, self._limits.max_history_chars)
         speech = self._speech if msg.speech is msgspec.UNSET else self._speech_settings(msg.speech)
         turn = TurnSubmitted(
             turn_id=turn_id,
@@ -662,11 +670,26 @@ class Session(VoiceTurns):
             speech=speech,
             truncates=self._truncations.pop(msg.conversation_id, []),
             image=_image_request(msg),
+            history=history,
+            instructions=msg.instructions,
         )
         route = Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
         route.carried = turn.truncates
         self._routes[turn_id] = route
         return self._queue_submit(SubmitTurn(turn, principal.owner, tuple(content.uploads)))
+
+
+def carried_history(msg: CreateTurn, max_chars: int) -> list[Message] | None:
+    """The history the client sent, held to what the server keeps of a conversation's own
+    (TURNSTREAM_HISTORY_MAX_CHARS), the instructions counted with it."""
+    chars = len(msg.instructions) + sum(len(m.content) for m in msg.history or ())
+    if chars > max_chars:
+        raise MediaTooLarge(
+            f"history and instructions are {chars} characters; the limit is {max_chars}"
+        )
+    if msg.history is None:
+        return None
+    return [Message(Role(m.role), m.content) for m in msg.history]
 
 
 def _image_request(msg: CreateTurn) -> ImageRequest | None:

@@ -35,6 +35,7 @@ from schemas.errors import DecodeError
 from schemas.events import (
     ErrorInfo,
     PromptContext,
+    Role,
     Route,
     TurnAssembled,
     TurnCompleted,
@@ -52,7 +53,13 @@ from schemas.topics import (
 )
 from stream_jobs.assembly.cache.answer_cache import AnswerCache
 from stream_jobs.assembly.cache.semantic_cache import CacheHit
-from stream_jobs.assembly.prompt import Passage, assemble, with_image_placeholders
+from stream_jobs.assembly.prompt import (
+    Passage,
+    assemble,
+    carried_history,
+    with_image_placeholders,
+    with_instructions,
+)
 from stream_jobs.assembly.retrieval import Retriever
 from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker
 from stream_jobs.assembly.routing.route import IMAGE_POOL, Intent, IntentRouter, Routing
@@ -61,6 +68,7 @@ from stream_jobs.assembly.state import (
     ConversationState,
     Decision,
     HistoryLimits,
+    StoredMessage,
     decode_state,
     encode_state,
     on_completed,
@@ -255,7 +263,12 @@ class AssemblyJob:
     async def _emit(self, turn: TurnEnriched, state: ConversationState) -> None:
         submitted = turn.submitted
         query = _query(turn)
-        intent = await self._intent(turn, state)
+        history = (
+            state.messages
+            if submitted.history is None
+            else carried_history(submitted.history, self.count_tokens)
+        )
+        intent = await self._intent(turn, state, history)
         if intent.pool == IMAGE_POOL and not await self.routing.image_workers_live():
             reason = f"{intent.reason}; no live image worker"
             route = Route(self.routing.default_pool, intent=intent.intent, reason=reason)
@@ -268,10 +281,13 @@ class AssemblyJob:
         )
         answer_room = min(submitted.decoding.max_tokens, self.config.max_model_len // 2)
         messages, context = assemble(
-            persona=submitted.persona or self.config.persona,  # a canary arm's own
+            # a canary arm's own persona, then the client's system message (HTTP door)
+            persona=with_instructions(
+                submitted.persona or self.config.persona, submitted.instructions
+            ),
             profile=profile,
             passages=passages,
-            history=state.messages,
+            history=history,
             query=query,
             budget_tokens=self.config.max_model_len - answer_room,
             count_tokens=self.count_tokens,
@@ -287,8 +303,10 @@ class AssemblyJob:
             state.in_flight_route = route
         # the cache holds answers to the deployment's persona: never for an arm's own, and
         # never pictures
-        uncached = submitted.persona or intent.pool == IMAGE_POOL
-        cached = None if uncached else await self._cached(turn, state, profile, passages)
+        uncached = submitted.persona or submitted.instructions or intent.pool == IMAGE_POOL
+        cached = (
+            None if uncached else await self._cached(turn, state, len(history), profile, passages)
+        )
         if cached is not None:
             route = msgspec.structs.replace(
                 route, cache_hit=True, cache_similarity=round(cached.score, 4)
@@ -308,14 +326,19 @@ class AssemblyJob:
         await self._send(assembled)
 
     async def _cached(
-        self, turn: TurnEnriched, state: ConversationState, profile: str, passages: list[Passage]
+        self,
+        turn: TurnEnriched,
+        state: ConversationState,
+        history_messages: int,
+        profile: str,
+        passages: list[Passage],
     ) -> CacheHit | None:
         """The cache's answer to a context-free question; on a miss the question is kept so
         its answer is stored when it ends."""
         state.cache_query = ""
         if self.answers is None or not self.answers.eligible(
             turn,
-            history_messages=len(state.messages),
+            history_messages=history_messages,
             passages=len(passages),
             profile=bool(profile),
         ):
@@ -325,7 +348,9 @@ class AssemblyJob:
             state.cache_query = turn.text
         return hit
 
-    async def _intent(self, turn: TurnEnriched, state: ConversationState) -> Intent:
+    async def _intent(
+        self, turn: TurnEnriched, state: ConversationState, history: list[StoredMessage]
+    ) -> Intent:
         # The classifier costs an embedding (tens of ms on a busy CPU, serial in this job);
         # run it only when its answer can change something: which pool, or whether to
         # retrieve. With one live pool and no retriever the rules are enough.
@@ -334,7 +359,9 @@ class AssemblyJob:
             self.routing.intent,
             turn.text,
             has_images=bool(turn.images),
-            history_turns=state.turns,
+            history_turns=state.turns
+            if turn.submitted.history is None
+            else sum(1 for m in history if m.role == Role.USER),
             forced_pool=turn.submitted.pool,
             classify=classify,
             # a short follow-up stays where the last turn went, except after a picture

@@ -32,6 +32,20 @@ def with_image_placeholders(text: str, image_count: int) -> str:
     return "\n".join([*placeholders, text]) if placeholders else text
 
 
+def carried_history(
+    messages: Sequence[Message], count_tokens: Callable[[str], int]
+) -> list[StoredMessage]:
+    """The history a stateless client sent with its turn, as the stored one is kept (its
+    tokens counted once here): the prompt is built from it instead."""
+    return [StoredMessage(m.role, m.content, count_tokens(m.content)) for m in messages]
+
+
+def with_instructions(persona: str, instructions: str) -> str:
+    """The deployment's persona, then the client's own system message: the client adds to
+    the deployment's rules, it does not replace them."""
+    return "\n\n".join(part for part in (persona, instructions) if part)
+
+
 def system_text(persona: str, profile: str, passages: Sequence[Passage]) -> str:
     parts = [persona] if persona else []
     if profile:

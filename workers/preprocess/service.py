@@ -121,7 +121,9 @@ class PreprocessService:
                     preprocess_ms=round(self.clock_ms() - started, 3),
                 )
             if self.gate is not None:
-                decision = await self.gate.judge(turn, enriched.text, enriched.images)
+                # the client's own system message is read with the turn: one reading
+                screened = "\n\n".join(t for t in (turn.instructions, enriched.text) if t)
+                decision = await self.gate.judge(turn, screened, enriched.images)
                 if decision.blocked:
                     log.info("turn %s blocked: %s", turn.turn_id, decision.screening.labels)
                     error = ErrorInfo(decision.code, decision.reason, False)

@@ -69,7 +69,7 @@ IMAGE_ENV = {
     "HF_HUB_OFFLINE",
 }
 # .env.example keys that only compose interpolates (never a container's environment).
-COMPOSE_ONLY_VARS = {"CLICKHOUSE_PASSWORD", "EDGE_PUBLISHED_PORT"}
+COMPOSE_ONLY_VARS = {"CLICKHOUSE_PASSWORD", "EDGE_PUBLISHED_PORT", "EDGE_HTTP_PUBLISHED_PORT"}
 ONE_SHOT_MODULES = {"runtime.kafka_topics", "runtime.clickhouse.migrate"}
 PROBE_IN_IMAGE = "/app/infra/k8s/probe.py"
 
@@ -699,25 +699,26 @@ def check_exposure(docs: list[Doc]) -> list[str]:
 
 
 def check_network_policy(docs: list[Doc]) -> list[str]:
-    """Ingress is denied by default; the ports let in are the edge's and the metrics' as
-    the settings say, the edge's for edge pods only."""
+    """Ingress is denied by default; the ports let in are the edge's (its two doors) and
+    the metrics' as the settings say, the edge's for edge pods only."""
     policies = {d.name: d.obj["spec"] for d in of_kind(docs, "NetworkPolicy")}
     settings = Settings.from_env(configmap_data(docs))
     problems = []
     deny = policies.get("default-deny-ingress", {})
     if deny.get("podSelector") != {} or deny.get("ingress"):
         problems.append("no default-deny-ingress policy for every pod")
+    edge_ports = {settings.edge_port, settings.edge_http_port}  # the WebSocket and HTTP doors
     for name, port, selector in (
-        ("edge-clients", settings.edge_port, {"matchLabels": {"app.kubernetes.io/name": "edge"}}),
-        ("metrics-scrape", settings.metrics_port, {}),
+        ("edge-clients", edge_ports, {"matchLabels": {"app.kubernetes.io/name": "edge"}}),
+        ("metrics-scrape", {settings.metrics_port}, {}),
     ):
         spec = policies.get(name)
         if spec is None:
             problems.append(f"no {name} policy")
             continue
         ports = {p["port"] for rule in spec.get("ingress", []) for p in rule.get("ports", [])}
-        if ports != {port}:
-            problems.append(f"{name} lets in {sorted(ports)}, the settings say {port}")
+        if ports != port:
+            problems.append(f"{name} lets in {sorted(ports)}, the settings say {sorted(port)}")
         if spec.get("podSelector") != selector:
             problems.append(f"{name} selects {spec.get('podSelector')}")
     return problems

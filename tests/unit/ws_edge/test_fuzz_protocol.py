@@ -16,7 +16,7 @@ would get through. Properties:
 - another user's turn ids, named in `turn.cancel`/`turn.interrupt`/`feedback`/
   `response.resume`, never produce an action on that turn unless it carries the session's
   own principal for the shell's ownership check (`feedback`, `ResumeTurn`): cancelling has
-  no check in the shell (`ws_edge.server._Connection._cancel`), so the session must refuse.
+  no check in the shell (`ws_edge.door.TurnDoor._cancel`), so the session must refuse.
 
 The tests model the shell (`ws_edge.server`) in a few lines: a conversation claim per
 tenant, the turn registry it checks resumes against, acks for submitted turns.
@@ -549,7 +549,7 @@ class World:
                 self.shell_resume(client, action)
 
     def shell_resume(self, client: Client, action: ResumeTurn) -> None:
-        """The shell's ownership check for `response.resume` (`_Connection._resume`): the
+        """The shell's ownership check for `response.resume` (`TurnDoor._resume`): the
         turn (or the conversation's latest) must exist and be the session user's."""
         turn_id = action.turn_id
         if turn_id is None:

@@ -394,3 +394,40 @@ def test_the_default_penalty_is_the_settings_default():
     from runtime.settings import Settings
 
     assert SessionLimits().default_frequency_penalty == Settings().default_frequency_penalty
+
+
+def test_a_turn_carries_the_clients_history_instructions_and_sampling():
+    session = authed()
+    [submit] = session.receive(
+        frame(
+            type="turn.create",
+            conversation_id="c1",
+            text="And of Italy?",
+            history=[
+                {"role": "user", "content": "Capital of France?"},
+                {"role": "assistant", "content": "Paris."},
+            ],
+            instructions="Be brief.",
+            top_p=0.5,
+            seed=3,
+            stop=["\n\n"],
+        )
+    )
+    turn = submit.turn
+    assert [(m.role, m.content) for m in turn.history] == [
+        ("user", "Capital of France?"),
+        ("assistant", "Paris."),
+    ]
+    assert turn.instructions == "Be brief."
+    assert (turn.decoding.top_p, turn.decoding.seed, turn.decoding.stop) == (0.5, 3, ["\n\n"])
+    [plain] = session.receive(frame(type="turn.create", conversation_id="c2", text="hi"))
+    assert plain.turn.history is None  # the server's own history
+
+
+def test_a_carried_history_is_held_to_the_servers_history_limit():
+    session = authed(max_history_chars=20)
+    long = [{"role": "user", "content": "x" * 15}, {"role": "assistant", "content": "y" * 10}]
+    error = only_error(
+        session.receive(frame(type="turn.create", conversation_id="c1", text="hi", history=long))
+    )
+    assert error.code == "media_too_large" and "25 characters" in error.message

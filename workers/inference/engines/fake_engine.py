@@ -37,6 +37,22 @@ def fake_answer(request: GenerationRequest) -> list[str]:
     return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
+def until_stop(tokens: Sequence[str], stop: Sequence[str]) -> list[str]:
+    """The tokens before the first of the `stop` strings, cut inside the token where it
+    starts (the string itself is not part of the answer, as vLLM and OpenAI do it)."""
+    text = "".join(tokens)
+    found = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    if not found:
+        return list(tokens)
+    end, kept, at = min(found), [], 0
+    for token in tokens:
+        if at >= end:
+            break
+        kept.append(token[: end - at])
+        at += len(token)
+    return kept or [""]  # stopped at once: one empty token ends the answer
+
+
 class SimulatedPrefixCache:
     """The prompt prefixes an engine still holds computed, keyed by `message_chain` entry,
     bounded by `capacity_tokens` (least recently used evicted first).
@@ -127,7 +143,7 @@ class FakeEngine:
         return self.cache is not None or self.prefill_ms_per_token > 0
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
-        tokens = fake_answer(request)
+        tokens = until_stop(fake_answer(request), request.decoding.stop)
         limit = request.decoding.max_tokens
         self.requests.append(request.request_id)
         self.active += 1

@@ -216,6 +216,7 @@ class TransformersEngine:
             ("repetition_penalty", decoding.repetition_penalty != 1.0),
             ("frequency_penalty", decoding.frequency_penalty != 0.0),
             ("seed", decoding.seed is not None),
+            ("stop", bool(decoding.stop)),
         ):
             if used and name not in self._warned:
                 self._warned.add(name)

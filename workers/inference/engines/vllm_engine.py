@@ -314,6 +314,7 @@ class VllmEngine:
             repetition_penalty=d.repetition_penalty,
             frequency_penalty=d.frequency_penalty,
             seed=d.seed,
+            stop=list(d.stop) or None,
             output_kind=RequestOutputKind.DELTA,
         )
         if self._llm is None:

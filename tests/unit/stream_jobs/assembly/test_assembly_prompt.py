@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from schemas.events import Message as ChatMessage
 from schemas.events import Role
 from stream_jobs.assembly.prompt import (
     MESSAGE_OVERHEAD_TOKENS,
     Passage,
     assemble,
+    carried_history,
     with_image_placeholders,
+    with_instructions,
 )
 from stream_jobs.assembly.state import StoredMessage
 
@@ -76,3 +79,17 @@ def test_no_room_keeps_only_the_query():
 def test_image_placeholders_precede_the_text():
     assert with_image_placeholders("what is this?", 2) == "<image_1>\n<image_2>\nwhat is this?"
     assert with_image_placeholders("plain", 0) == "plain"
+
+
+def test_a_carried_history_is_counted_and_windowed_like_the_stored_one():
+    carried = carried_history(
+        [ChatMessage(Role.USER, "one two"), ChatMessage(Role.ASSISTANT, "three")],
+        lambda text: len(text.split()),
+    )
+    assert [(m.role, m.content, m.tokens) for m in carried] == [
+        (Role.USER, "one two", 2),
+        (Role.ASSISTANT, "three", 1),
+    ]
+    assert with_instructions("Be kind.", "Be brief.") == "Be kind.\n\nBe brief."
+    assert with_instructions("", "Be brief.") == "Be brief."
+    assert with_instructions("Be kind.", "") == "Be kind."

@@ -36,3 +36,17 @@ async def test_fake_engine_records_aborts_and_failures():
     assert engine.aborted == ["r1"] and engine.active == 0
     with pytest.raises(EngineError):
         await collect(engine, request("boom"))
+
+
+async def test_fake_engine_ends_before_a_stop_string_as_vllm_does():
+    engine = FakeEngine(token_interval_s=0)
+    req = GenerationRequest(
+        "r1", [Message(Role.USER, "a b c")], DecodingParams(max_tokens=100, stop=["b c", "zz"])
+    )
+    deltas = await collect(engine, req)
+    assert "".join(d.text for d in deltas) == "You said: a "
+    assert deltas[-1].finish_reason == FinishReason.STOP
+    at_once = GenerationRequest(
+        "r2", [Message(Role.USER, "x")], DecodingParams(max_tokens=100, stop=["You"])
+    )
+    assert "".join(d.text for d in await collect(engine, at_once)) == ""

@@ -1,0 +1,314 @@
+"""The HTTP door on the real pipeline (Kafka, Redis, the workers, the fake engine), driven by
+clients nobody here wrote: the official `openai` SDK (sync and async, streamed and not,
+`with_raw_response`, its errors) and `curl -N`; the resume path by `Last-Event-ID` on another
+edge node, with no gap and no duplicate; cancel; server-side and carried histories."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import openai
+import pytest
+
+from harness.factories import new_conversation_id as conv
+from ws_edge.server import EdgeServer
+
+pytestmark = pytest.mark.integration
+
+# the fake engine echoes the question word by word at 5 ms a word: ~5 s of answer, all of
+# it inside max_tokens
+LONG_QUESTION = " ".join(f"{i % 10}z" for i in range(900))
+
+
+def base_url(edge: EdgeServer) -> str:
+    return f"http://127.0.0.1:{edge.http_port}/v1"
+
+
+def echo(text: str, turn: int = 1) -> str:
+    """What the fake engine answers."""
+    return f"You said: {text} (turn {turn})"
+
+
+@contextlib.asynccontextmanager
+async def second_edge(pipeline) -> AsyncIterator[EdgeServer]:
+    edge = EdgeServer(pipeline.settings, edge_id=f"{pipeline.edge.edge_id}-http-b")
+    await edge.start()
+    try:
+        yield edge
+    finally:
+        await edge.stop()
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
+    """(id, data) of each event of a Server-Sent Events body (comments skipped)."""
+    event_id, data = None, []
+    async for line in response.aiter_lines():
+        if line == "":
+            if data:
+                yield event_id, "\n".join(data)
+            event_id, data = None, []
+        elif line.startswith("id: "):
+            event_id = line[4:]
+        elif line.startswith("data: "):
+            data.append(line[6:])
+
+
+def content_of(data: str) -> str:
+    chunk = json.loads(data)
+    return "".join(c["delta"].get("content") or "" for c in chunk.get("choices", []))
+
+
+async def test_the_openai_sdk_gets_whole_and_streamed_answers(fake_pipeline):
+    client = openai.AsyncOpenAI(
+        base_url=base_url(fake_pipeline.edge), api_key=fake_pipeline.token("sdk"), max_retries=0
+    )
+    whole = await client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hello there"}]
+    )
+    assert whole.choices[0].message.content == echo("hello there")
+    assert whole.choices[0].finish_reason == "stop"
+    assert whole.usage is not None and whole.usage.completion_tokens == len(
+        echo("hello there").split(" ")
+    )
+    assert whole.id.startswith("chatcmpl-")
+
+    stream = await client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": "stream me"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == echo("stream me")
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop" and set(finishes[:-1]) == {None}
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(
+        echo("stream me").split(" ")
+    )
+    assert {c.id for c in chunks} == {chunks[0].id}
+    await client.close()
+
+
+async def test_the_sync_sdk_and_its_raw_response(fake_pipeline):
+    def ask() -> tuple[dict, str]:
+        client = openai.OpenAI(
+            base_url=base_url(fake_pipeline.edge),
+            api_key=fake_pipeline.token("sync"),
+            max_retries=0,
+        )
+        raw = client.chat.completions.with_raw_response.create(
+            model="anything", messages=[{"role": "user", "content": "raw one"}], seed=5
+        )
+        completion = raw.parse()
+        return dict(raw.headers), completion.choices[0].message.content or ""
+
+    headers, text = await asyncio.to_thread(ask)
+    assert text == echo("raw one")
+    assert headers["content-type"].startswith("application/json")
+
+
+async def test_a_stateless_client_carries_its_history_and_system_message(fake_pipeline):
+    client = openai.AsyncOpenAI(
+        base_url=base_url(fake_pipeline.edge), api_key=fake_pipeline.token("carrier"), max_retries=0
+    )
+    answer = await client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "And of Italy?"},
+        ],
+    )
+    # the fake engine counts the user messages of the prompt it was given
+    assert answer.choices[0].message.content == echo("And of Italy?", turn=2)
+    await client.close()
+
+
+async def test_a_conversation_id_keeps_the_history_on_the_server(fake_pipeline):
+    client = openai.AsyncOpenAI(
+        base_url=base_url(fake_pipeline.edge), api_key=fake_pipeline.token("keeper"), max_retries=0
+    )
+    conversation = conv()
+    headers = {"X-Turnstream-Conversation-Id": conversation}
+    for turn, text in enumerate(["first", "second"], start=1):
+        answer = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": text}], extra_headers=headers
+        )
+        assert answer.choices[0].message.content == echo(text, turn=turn)
+    other = openai.AsyncOpenAI(
+        base_url=base_url(fake_pipeline.edge),
+        api_key=fake_pipeline.token("intruder"),
+        max_retries=0,
+    )
+    with pytest.raises(openai.PermissionDeniedError) as denied:
+        await other.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "mine?"}], extra_headers=headers
+        )
+    assert denied.value.code == "forbidden_conversation"
+    await client.close()
+    await other.close()
+
+
+async def test_stop_strings_end_the_answer_before_them(fake_pipeline):
+    client = openai.AsyncOpenAI(
+        base_url=base_url(fake_pipeline.edge), api_key=fake_pipeline.token("stopper"), max_retries=0
+    )
+    answer = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "cut here"}], stop=["here"]
+    )
+    assert answer.choices[0].message.content == "You said: cut "
+    await client.close()
+
+
+async def test_errors_come_in_openais_shape_with_the_protocols_codes(fake_pipeline):
+    url = base_url(fake_pipeline.edge)
+    stranger = openai.AsyncOpenAI(base_url=url, api_key="not-a-token", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as unauthenticated:
+        await stranger.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert unauthenticated.value.status_code == 401
+    assert unauthenticated.value.code == "token_invalid"
+
+    client = openai.AsyncOpenAI(base_url=url, api_key=fake_pipeline.token("errs"), max_retries=0)
+    with pytest.raises(openai.BadRequestError) as unsupported:
+        await client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "hi"}],
+            logit_bias={"1": 5},
+        )
+    assert unsupported.value.code == "unsupported_parameter"
+    assert unsupported.value.param == "logit_bias"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x" * 5000}]
+        )
+    assert too_long.value.code == "invalid_message"  # over TURNSTREAM_MAX_TURN_CHARS
+    huge = "x" * (fake_pipeline.settings.max_frame_bytes + 1)
+    with pytest.raises(openai.APIStatusError) as large:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": huge}]
+        )
+    assert large.value.status_code == 413 and large.value.code == "message_too_large"
+    # the server keeps answering
+    answer = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "still here"}]
+    )
+    assert answer.choices[0].message.content == echo("still here")
+    models = await client.models.list()
+    assert {"auto", *fake_pipeline.settings.pool_names} <= {m.id for m in models.data}
+    await stranger.close()
+    await client.close()
+
+
+async def test_a_stream_resumed_on_another_edge_by_last_event_id_misses_nothing(fake_pipeline):
+    token = fake_pipeline.token("http-mover")
+    headers = {"Authorization": f"Bearer {token}"}
+    request = {
+        "model": "m",
+        "messages": [{"role": "user", "content": LONG_QUESTION}],
+        "max_tokens": 1000,
+        "stream": True,
+    }
+    seen: list[str] = []
+    ids: list[str] = []
+    async with httpx.AsyncClient(timeout=30) as http:
+        url = f"{base_url(fake_pipeline.edge)}/chat/completions"
+        async with http.stream("POST", url, json=request, headers=headers) as response:
+            assert response.status_code == 200
+            resume_url = response.headers["X-Turnstream-Resume-Url"]
+            async for event_id, data in sse_events(response):
+                if event_id is not None and content_of(data):
+                    seen.append(content_of(data))
+                    ids.append(event_id)
+                    if len(seen) == 5:
+                        break
+        # gone mid-answer; generation goes on; the client comes back on another edge node
+        async with second_edge(fake_pipeline) as other:
+            resumed = f"http://127.0.0.1:{other.http_port}{resume_url}"
+            last = {**headers, "Last-Event-ID": ids[-1]}
+            async with http.stream("GET", resumed, headers=last) as response:
+                assert response.status_code == 200
+                finish = None
+                async for event_id, data in sse_events(response):
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    if content_of(data):
+                        seen.append(content_of(data))
+                        ids.append(event_id)
+                    if chunk["choices"] and chunk["choices"][0]["finish_reason"]:
+                        finish = chunk["choices"][0]["finish_reason"]
+    assert "".join(seen) == echo(LONG_QUESTION)
+    positions = [tuple(int(p) for p in i.split("-", 1)) for i in ids]
+    assert positions == sorted(set(positions))  # in order, no duplicate
+    assert finish == "stop"
+
+
+async def test_a_resume_of_another_users_answer_is_refused_and_a_cancel_stops_it(fake_pipeline):
+    token = fake_pipeline.token("http-canceller")
+    headers = {"Authorization": f"Bearer {token}"}
+    request = {
+        "model": "m",
+        "messages": [{"role": "user", "content": LONG_QUESTION}],
+        "max_tokens": 1000,
+        "stream": True,
+    }
+    url = f"{base_url(fake_pipeline.edge)}/chat/completions"
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", url, json=request, headers=headers) as response,
+    ):
+        events = sse_events(response)
+        _, opening = await anext(events)
+        completion = json.loads(opening)["id"]
+        stranger = {"Authorization": f"Bearer {fake_pipeline.token('http-stranger')}"}
+        refused = await http.get(f"{url}/{completion}/events", headers=stranger)
+        assert refused.status_code == 404
+        assert refused.json()["error"]["code"] == "unknown_turn"
+        refused = await http.post(f"{url}/{completion}/cancel", headers=stranger)
+        assert refused.status_code == 404
+        cancelled = await http.post(f"{url}/{completion}/cancel", headers=headers)
+        assert cancelled.status_code == 200
+        last = None
+        async for _, data in events:
+            if data == "[DONE]":
+                break
+            last = json.loads(data)
+    assert last is not None and last["turnstream"].get("cancelled") is True
+    assert last["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_curl_streams_the_answer(fake_pipeline):
+    body = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "curl me"}], "stream": True}
+    )
+    process = await asyncio.create_subprocess_exec(
+        "curl",
+        "-sN",
+        f"{base_url(fake_pipeline.edge)}/chat/completions",
+        "-H",
+        f"Authorization: Bearer {fake_pipeline.token('curl')}",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        body,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await process.communicate()
+    frames = [f for f in out.decode().split("\n\n") if f.strip()]
+    assert frames[-1] == "data: [DONE]"
+    text = "".join(
+        content_of(line[6:])
+        for frame in frames[:-1]
+        for line in frame.split("\n")
+        if line.startswith("data: ")
+    )
+    assert text == echo("curl me")

@@ -1,0 +1,405 @@
+"""A client's way into the pipeline, whatever carries it: the session's actions carried out.
+
+`TurnDoor` holds what a WebSocket connection (`ws_edge.server`) and an HTTP request
+(`ws_edge.http`) share: admission, the conversation claim, media uploads, the Kafka publish,
+the relay route, resume from the turn's log, cancel, feedback, speech deadlines and the
+turn's span. One pipeline, two doors: the HTTP door drives the same `Session` with the
+same `turn.create` and `response.resume` messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import msgspec
+from redis.exceptions import RedisError
+
+from producers.turn_publisher import PublishFailed
+from runtime import prometheus as prom
+from runtime.tracing import spans
+from runtime.tracing.propagation import from_http_headers, traceparent
+from schemas.canary import apply_arm
+from schemas.codec import decode, encode
+from schemas.errors import DecodeError
+from schemas.events import (
+    AnyEvent,
+    FeedbackGiven,
+    TokenChunk,
+    TurnCancelled,
+    TurnCompleted,
+    TurnStarted,
+    TurnSubmitted,
+)
+from schemas.ids import now_ms
+from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
+from ws_edge.actions import (
+    Action,
+    Close,
+    DetectSpeech,
+    DropAudio,
+    GiveFeedback,
+    PublishTruncation,
+    RequestCancel,
+    ResumeTurn,
+    Send,
+    SubmitTurn,
+)
+from ws_edge.errors import (
+    BrokerUnavailable,
+    EdgeError,
+    ForbiddenConversation,
+    StoreUnavailable,
+    UnknownTurn,
+)
+from ws_edge.messages import ErrorEvent, FeedbackRecorded, ServerEvent
+from ws_edge.session import Session, error_event
+from ws_edge.voice.speech_detector import SpeechDetector
+
+if TYPE_CHECKING:
+    from ws_edge.server import EdgeServer
+
+log = logging.getLogger("turnstream.edge")
+
+CANCEL_MARKER_TTL_S = 3600
+_owner_record = msgspec.json.Decoder(tuple[str, str])  # (owner, conversation_id)
+
+
+def submit_error(exc: Exception) -> EdgeError:
+    """What the client is told when a turn could not be submitted."""
+    if isinstance(exc, EdgeError):
+        return exc
+    if isinstance(exc, PublishFailed):
+        return BrokerUnavailable(
+            f"{exc}; the turn may not have been accepted: retry with the same "
+            "client_turn_id to get exactly one answer"
+        )
+    if isinstance(exc, RedisError):
+        return StoreUnavailable(f"turn not accepted, retry: {exc}")
+    log.exception("submitting a turn failed", exc_info=exc)
+    return EdgeError(f"turn not accepted: internal error {type(exc).__name__}")
+
+
+class TurnDoor:
+    """A client's way in (a WebSocket connection, an HTTP request): its `Session` and the
+    turns it submitted, resumed or watches. Subclasses deliver the session's events
+    (`_deliver`) and close the way in (`_close`)."""
+
+    def __init__(self, edge: EdgeServer, headers: Mapping[str, str] | None) -> None:
+        self.edge = edge
+        user_agent = headers.get("User-Agent", "") if headers is not None else ""
+        self.session = Session(
+            session_id=uuid.uuid4().hex,
+            edge_id=edge.edge_id,
+            auth_secret=edge.settings.auth_secret,
+            limits=edge.limits,
+            clock_ms=now_ms,
+            client_info=user_agent[:200],
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._detector: SpeechDetector | None = None  # the voice loop's VAD, made on first use
+        self._speech_deadlines: dict[str, asyncio.TimerHandle] = {}
+        self._submitted: set[str] = set()  # turns this door created (it pays for them)
+        # tracing: the caller's trace (a `traceparent` on the request), and the root span
+        # of each turn this door submitted, open until its answer is done here
+        self._caller_trace = from_http_headers(headers)
+        self._turn_spans: dict[str, spans.Span] = {}
+        self._first_token_seen: set[str] = set()
+
+    # ---- what a way in does ----------------------------------------------------------------
+    def _deliver(self, event: ServerEvent) -> None:
+        """Queue one of the session's events for the client."""
+        raise NotImplementedError
+
+    async def _close(self, code: int, reason: str) -> None:
+        """End the client's way in (a WebSocket close code and its reason)."""
+        raise NotImplementedError
+
+    async def _teardown(self) -> None:
+        """The client went: stop routing its turns here (they go on: disconnecting never
+        cancels an answer), end their spans, cancel this door's tasks."""
+        for turn_id in self.session.open_turns:
+            self.edge.relay.unroute(turn_id, self._on_relay)
+        for handle in self._speech_deadlines.values():
+            handle.cancel()
+        for turn_id in list(self._turn_spans):
+            self._end_turn_span(turn_id, delivery="disconnected")
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # ---- actions ---------------------------------------------------------------------------
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            match action:
+                case Send(event):
+                    if isinstance(event, ErrorEvent):
+                        prom.ERRORS.labels("edge", event.code).inc()
+                    self._deliver(event)
+                case SubmitTurn():
+                    self._start_turn_span(action.turn)
+                    self.edge.relay.route(action.turn.turn_id, self._on_relay)
+                    self._submitted.add(action.turn.turn_id)
+                    self._spawn(self._submit(action))
+                case ResumeTurn():
+                    self._spawn(self._resume(action))
+                case RequestCancel():
+                    self._spawn(self._cancel(action))
+                case GiveFeedback():
+                    self._spawn(self._feedback(action))
+                case Close(code, reason):
+                    self._spawn(self._close(code, reason))
+                case DropAudio(turn_id):
+                    self.outbox.drop(turn_id)
+                case PublishTruncation(event):
+                    self._spawn(self._publish_truncation(event))
+                case DetectSpeech(stream_id, frames):
+                    self._detect(stream_id, frames)
+
+    # ---- tracing: one span per turn, from turn.create to response.done ---------------------
+    def _start_turn_span(self, turn: TurnSubmitted) -> None:
+        if turn.turn_id in self._turn_spans:  # a retry of a turn still open here
+            return
+        span = spans.start_turn(
+            turn.turn_id,
+            conversation_id=turn.conversation_id,
+            tenant_id=turn.tenant_id,
+            parent=self._caller_trace,
+        )
+        if spans.traced(span):  # tracing off and no caller trace: nothing to keep
+            self._turn_spans[turn.turn_id] = span
+
+    def _trace_delivery(self, event: AnyEvent) -> None:
+        """Events on the turn's span as its answer reaches this door (not a span per
+        frame: the first token and the end are what latency questions need)."""
+        span = self._turn_spans.get(event.turn_id)
+        if span is None:
+            return
+        if isinstance(event, TurnStarted):
+            spans.mark("turn.started", span)
+        elif isinstance(event, TokenChunk) and event.turn_id not in self._first_token_seen:
+            self._first_token_seen.add(event.turn_id)
+            spans.mark("first_token", span)
+        elif isinstance(event, TurnCompleted):
+            self._end_turn_span(
+                event.turn_id,
+                delivery="done",
+                finish_reason=str(event.finish_reason),
+                error_code=event.error.code if event.error is not None else "",
+                completion_tokens=event.usage.completion_tokens,
+            )
+
+    def _end_turn_span(self, turn_id: str, **outcome) -> None:
+        span = self._turn_spans.pop(turn_id, None)
+        self._first_token_seen.discard(turn_id)
+        if span is not None:
+            spans.end_turn(span, **outcome)
+
+    def _on_relay(self, event: AnyEvent, position: LogPosition | None = None) -> None:
+        turn_id = event.turn_id
+        if self._turn_spans:
+            self._trace_delivery(event)
+        if isinstance(event, TurnCompleted) and turn_id in self._submitted:
+            self._submitted.discard(turn_id)  # charged once, by the door that asked
+            self._spawn(self.edge.admission.charge(event))
+        self._apply(self.session.relay(event, position))
+        self._release(turn_id)
+        self._watch_speech(turn_id)
+
+    def _release(self, turn_id: str) -> None:
+        if turn_id not in self.session.open_turns:  # its last frame (text and speech) went
+            self.edge.relay.unroute(turn_id, self._on_relay)
+
+    def _watch_speech(self, turn_id: str) -> None:
+        """Once an answer's text is done, its speech must keep coming: each frame re-arms a
+        deadline, past which the client is told speech is unavailable."""
+        handle = self._speech_deadlines.pop(turn_id, None)
+        if handle is not None:
+            handle.cancel()
+        if self.session.awaits_audio(turn_id):
+            self._speech_deadlines[turn_id] = asyncio.get_running_loop().call_later(
+                self.edge.settings.speech_deadline_s, self._speech_timed_out, turn_id
+            )
+
+    def _speech_timed_out(self, turn_id: str) -> None:
+        self._speech_deadlines.pop(turn_id, None)
+        self._apply(self.session.speech_timed_out(turn_id))
+        if turn_id not in self.session.open_turns:
+            self.edge.relay.unroute(turn_id, self._on_relay)
+
+    def _detect(self, stream_id: str, frames: bytes) -> None:
+        """Score the voice loop's frames (Silero: ~0.1 ms a frame, so inline) and feed the
+        scores back to the session."""
+        try:
+            if self._detector is None:
+                self._detector = SpeechDetector()
+            probs = self._detector.score(frames)
+        except Exception as exc:  # no VAD model installed, or it failed: say so in-band
+            log.warning("voice activity detection failed: %s", exc)
+            err = EdgeError(f"voice activity detection unavailable: {exc}", code="vad_unavailable")
+            self._apply([error_event(err)])
+            return
+        self._apply(self.session.voice_activity(stream_id, frames, probs))
+
+    async def _publish_truncation(self, event) -> None:
+        try:
+            await self.edge.publisher.publish(event, self.edge.completed_topic)
+        except Exception as exc:
+            log.warning("truncation of turn %s not recorded: %s", event.turn_id, exc)
+            self._apply([error_event(submit_error(exc), event.turn_id)])
+
+    async def _submit(self, action: SubmitTurn) -> None:
+        span = self._turn_spans.get(action.turn.turn_id)
+        if span is None:
+            await self._submit_turn(action)
+            return
+        with spans.current(span):  # admission, claims, uploads and the publish, in the turn
+            await self._submit_turn(action)
+
+    async def _submit_turn(self, action: SubmitTurn) -> None:
+        turn = action.turn
+        try:
+            turn = await self.edge.admission.admit(turn)
+            turn = apply_arm(turn, await self.edge.canary.current())
+            context = traceparent()  # the turn's root span (when traced)
+            if context:
+                turn = msgspec.structs.replace(turn, traceparent=context)
+            if not await self.edge.claims.claim(turn.tenant_id, turn.conversation_id, action.owner):
+                raise ForbiddenConversation(
+                    f"conversation {turn.conversation_id!r} belongs to another user"
+                )
+            ttl_s = self.edge.settings.media_ttl_s
+            for upload in action.uploads:  # stored before the turn exists for any worker
+                await self.edge.blobs.put(upload.key, upload.data, ttl_s=ttl_s)
+            await self._remember_owner(turn, action.owner)
+            await self.edge.publisher.publish(turn)
+        except Exception as exc:
+            self.edge.relay.unroute(turn.turn_id, self._on_relay)
+            error = submit_error(exc)
+            self._end_turn_span(turn.turn_id, delivery="refused", error_code=error.code)
+            self._apply(self.session.submit_failed(turn.turn_id, error))
+            return
+        spans.mark("turn.accepted")
+        self._apply(self.session.submit_succeeded(turn.turn_id))
+
+    async def _remember_owner(self, turn: TurnSubmitted, owner: str) -> None:
+        """Who may resume the turn, and which turn a second device joins."""
+        names, ttl_s = self.edge.names, self.edge.settings.history_ttl_s
+        record = msgspec.json.encode((owner, turn.conversation_id))
+        async with self.edge.redis.pipeline(transaction=False) as pipe:
+            pipe.set(names.turn_owner_key(turn.turn_id), record, ex=ttl_s)
+            latest = names.latest_turn_key(turn.tenant_id, turn.conversation_id)
+            pipe.set(latest, turn.turn_id, ex=ttl_s)
+            await pipe.execute()
+
+    async def _resume(self, action: ResumeTurn) -> None:
+        """Follow a turn again after a reconnect (or from another device): check it is the
+        user's, route its frames here, join its watchers, then read its log. Routing and
+        joining come before the read, so every frame is in the log read or arrives live."""
+        edge, names = self.edge, self.edge.names
+        turn_id = action.turn_id
+        try:
+            if turn_id is None:
+                assert action.conversation_id is not None
+                latest = await edge.redis.get(
+                    names.latest_turn_key(action.tenant_id, action.conversation_id)
+                )
+                if latest is None:
+                    raise UnknownTurn(
+                        f"no turn of conversation {action.conversation_id!r} of yours to join"
+                    )
+                turn_id = latest.decode()
+            owner, conversation_id = await self.owner_of(turn_id)
+            if owner != action.owner:  # the same answer whether it exists or not
+                raise UnknownTurn(f"no turn {turn_id!r} of yours to resume")
+        except (EdgeError, RedisError) as exc:
+            prom.EDGE_RESUMES.labels("refused").inc()
+            self._apply(self.session.resume_failed(action.turn_id, submit_error(exc)))
+            return
+        self._apply(self.session.resume_found(turn_id, conversation_id, action.after))
+        if turn_id not in self.session.open_turns:
+            return  # refused (already streaming here, too many turns): the error went out
+        edge.relay.route(turn_id, self._on_relay)
+        try:
+            async with edge.redis.pipeline(transaction=False) as pipe:
+                pipe.sadd(names.turn_watchers_key(turn_id), edge.relay.channel)
+                pipe.expire(names.turn_watchers_key(turn_id), edge.settings.resume_history_s)
+                pipe.xrange(names.turn_log_key(turn_id), range_start(action.after), "+")
+                pipe.exists(names.turn_log_key(turn_id))
+                pipe.get(names.done_key(turn_id))
+                _, _, raw_entries, log_exists, done = await pipe.execute()
+        except RedisError as exc:
+            edge.relay.unroute(turn_id, self._on_relay)
+            err = StoreUnavailable(f"resume failed, retry: {exc}")
+            self._apply(self.session.resume_failed(turn_id, err))
+            return
+        entries = decode_entries(raw_entries)
+        first = entries[0][1] if entries else None
+        plan = plan_resume(action.after, first, log_exists=bool(log_exists))
+        outcome = None
+        if not log_exists and done is not None:  # the answer ended and its log is gone
+            with contextlib.suppress(DecodeError):
+                recorded = decode(done)
+                if isinstance(recorded, TurnCompleted):
+                    outcome = recorded
+        prom.EDGE_RESUMES.labels(plan.status).inc()
+        self._apply(self.session.resume_loaded(turn_id, plan, entries, outcome))
+        self._release(turn_id)
+
+    async def owner_of(self, turn_id: str) -> tuple[str, str]:
+        """Who asked for the turn, and in which conversation (("", "") when unknown)."""
+        record = await self.edge.redis.get(self.edge.names.turn_owner_key(turn_id))
+        try:
+            return _owner_record.decode(record or b"")
+        except msgspec.DecodeError:
+            return "", ""
+
+    async def _feedback(self, action: GiveFeedback) -> None:
+        """Only the user who asked may rate a turn: its recorded outcome names them."""
+        try:
+            raw = await self.edge.redis.get(self.edge.names.done_key(action.turn_id))
+            outcome = decode(raw) if raw is not None else None
+            if not (
+                isinstance(outcome, TurnCompleted)
+                and (outcome.tenant_id, outcome.user_id) == (action.tenant_id, action.user_id)
+            ):
+                raise UnknownTurn(
+                    f"no finished turn {action.turn_id!r} of yours to give feedback on"
+                )
+            feedback = FeedbackGiven(
+                turn_id=action.turn_id,
+                conversation_id=outcome.conversation_id,
+                tenant_id=action.tenant_id,
+                user_id=action.user_id,
+                kind=action.kind,
+                comment=action.comment,
+                given_at_ms=now_ms(),
+            )
+            await self.edge.publisher.publish(feedback, self.edge.feedback_topic)
+        except Exception as exc:
+            self._apply([error_event(submit_error(exc), action.turn_id)])
+            return
+        self._apply([Send(FeedbackRecorded(action.turn_id, action.kind))])
+
+    async def _cancel(self, action: RequestCancel) -> None:
+        names = self.edge.names
+        event = TurnCancelled(
+            turn_id=action.turn_id, conversation_id=action.conversation_id, reason=action.reason
+        )
+        try:
+            async with self.edge.redis.pipeline(transaction=False) as pipe:
+                pipe.set(names.cancelled_key(action.turn_id), "1", ex=CANCEL_MARKER_TTL_S)
+                pipe.publish(names.control_channel(), encode(event))
+                await pipe.execute()
+        except RedisError as exc:
+            err = StoreUnavailable(f"cancel not delivered, retry: {exc}")
+            self._apply([error_event(err, action.turn_id)])
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
