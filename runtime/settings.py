@@ -67,6 +67,13 @@ class Settings:
         8766,
         "Port of the edge's HTTP door, the OpenAI-compatible API (0: any; -1: no HTTP door).",
     )
+    sse_max_stream_s: float = _var(
+        "TURNSTREAM_SSE_MAX_STREAM_S",
+        300.0,
+        "HTTP door: a resumable event stream (GET .../events, what EventSource reads) ends "
+        "after this long, and the client reconnects with Last-Event-ID, to this edge or "
+        "another: long streams rebalance across edges (0: never).",
+    )
     sse_heartbeat_s: float = _var(
         "TURNSTREAM_SSE_HEARTBEAT_S",
         15.0,

@@ -61,6 +61,14 @@ class RedisNames:
         """A conversation's latest turn: what a second device joins."""
         return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:latest"
 
+    def api_key_key(self, key_id: str) -> str:
+        """A tenant's API key, by its id (the record holds the key's digest, never the key)."""
+        return f"{self.prefix}:apikey:{key_id}"
+
+    def tenant_api_keys_key(self, tenant_id: str) -> str:
+        """The ids of a tenant's API keys (set)."""
+        return f"{self.prefix}:tenant:{tenant_id}:apikeys"
+
     def canary_key(self) -> str:
         """The running canary experiment (schemas.canary.CanaryConfig as JSON), if any."""
         return f"{self.prefix}:canary"

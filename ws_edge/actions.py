@@ -1,5 +1,6 @@
 """What the session asks its asyncio shell to do: send a frame, publish a turn, cancel one,
-record a truncation, drop or detect audio, pass on feedback, resume a turn, close."""
+record a truncation, drop or detect audio, pass on feedback, resume a turn, look up an API
+key, close."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ class SubmitTurn:
     turn: TurnSubmitted
     owner: str
     uploads: tuple[Upload, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveApiKey:
+    """Look the API key up (Redis), then `Session.admit` its principal or `key_refused`."""
+
+    key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,4 +112,5 @@ Action = (
     | DropAudio
     | DetectSpeech
     | ResumeTurn
+    | ResolveApiKey
 )

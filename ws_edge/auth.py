@@ -15,6 +15,7 @@ import jwt
 from ws_edge.errors import AuthError
 
 ALGORITHM = "HS256"
+API_KEY_PREFIX = "tsk-"  # a tenant's API key (ws_edge.api_keys), not a signed token
 TENANT_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ISSUER = "turnstream"
 
@@ -30,6 +31,10 @@ class Principal:
         """The value that marks a conversation as this principal's (unambiguous whatever
         characters the ids hold: ("a/b", "c") and ("a", "b/c") differ)."""
         return json.dumps([self.tenant_id, self.user_id], separators=(",", ":"))
+
+
+def is_api_key(token: str | None) -> bool:
+    return token is not None and token.startswith(API_KEY_PREFIX)
 
 
 def mint_token(secret: str, user_id: str, tenant_id: str = "default", ttl_s: int = 86400) -> str:

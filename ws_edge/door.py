@@ -45,10 +45,12 @@ from ws_edge.actions import (
     GiveFeedback,
     PublishTruncation,
     RequestCancel,
+    ResolveApiKey,
     ResumeTurn,
     Send,
     SubmitTurn,
 )
+from ws_edge.auth import is_api_key
 from ws_edge.errors import (
     BrokerUnavailable,
     EdgeError,
@@ -110,6 +112,24 @@ class TurnDoor:
         self._turn_spans: dict[str, spans.Span] = {}
         self._first_token_seen: set[str] = set()
 
+    async def authenticate(self, token: str | None) -> None:
+        """The request's credential, checked before it goes on: a signed token (in the
+        session) or an API key (looked up in Redis, `ws_edge.api_keys`); a refusal goes out
+        as an error event."""
+        if is_api_key(token):
+            assert token is not None
+            await self._resolve_key(ResolveApiKey(token))
+        else:
+            self._apply(self.session.open(token))
+
+    async def _resolve_key(self, action: ResolveApiKey) -> None:
+        try:
+            principal = await self.edge.api_keys.resolve(action.key)
+        except EdgeError as err:
+            self._apply(self.session.key_refused(err))
+            return
+        self._apply(self.session.admit(principal))
+
     # ---- what a way in does ----------------------------------------------------------------
     def _deliver(self, event: ServerEvent) -> None:
         """Queue one of the session's events for the client."""
@@ -147,6 +167,8 @@ class TurnDoor:
                     self._spawn(self._submit(action))
                 case ResumeTurn():
                     self._spawn(self._resume(action))
+                case ResolveApiKey():
+                    self._spawn(self._resolve_key(action))
                 case RequestCancel():
                     self._spawn(self._cancel(action))
                 case GiveFeedback():

@@ -36,6 +36,7 @@ from ws_edge.admission.admit import AdmissionControl
 from ws_edge.admission.pool_load import PoolLoad
 from ws_edge.admission.rate_limit import RateLimiter
 from ws_edge.admission.tiers import TenantRegistry
+from ws_edge.api_keys import ApiKeys
 from ws_edge.canary import CanaryWatch
 from ws_edge.conversations import ConversationClaims
 from ws_edge.door import TurnDoor
@@ -119,6 +120,7 @@ class EdgeServer:
             retry_after_ms=settings.overload_retry_after_ms,
         )
         self.canary = CanaryWatch(self.redis, self.names, now_ms)
+        self.api_keys = ApiKeys(self.redis, self.names)
         self._server: Server | None = None
         self.slow_clients_closed = 0  # connections closed for falling too far behind
         self._relay_task: asyncio.Task[None] | None = None

@@ -56,11 +56,12 @@ from ws_edge.actions import (
     Close,
     GiveFeedback,
     RequestCancel,
+    ResolveApiKey,
     ResumeTurn,
     Send,
     SubmitTurn,
 )
-from ws_edge.auth import Principal, verify_token
+from ws_edge.auth import Principal, is_api_key, verify_token
 from ws_edge.errors import (
     AuthError,
     EdgeError,
@@ -620,6 +621,8 @@ class Session(VoiceTurns):
         raise UnknownMessageType(f"unhandled message {type(message).__name__}")
 
     def _authenticate(self, token: str) -> list[Action]:
+        if is_api_key(token):
+            return [ResolveApiKey(token)]  # the shell looks it up, then admit / key_refused
         try:
             principal = verify_token(self._secret, token)
             if self._identity is not None and self._identity != principal.owner:
@@ -629,15 +632,32 @@ class Session(VoiceTurns):
         except AuthError:
             self._auth_failures += 1
             raise
+        return self.admit(principal)
+
+    def admit(self, principal: Principal) -> list[Action]:
+        """Authenticated: by a signed token, or as the principal the shell resolved an API
+        key to (`ws_edge.api_keys`)."""
+        if self._identity is not None and self._identity != principal.owner:
+            return self.key_refused(
+                AuthError("a session cannot change its user", code="token_invalid")
+            )
         self.principal = principal
         self._identity = principal.owner
         return [
             Send(
-                SessionReady(
-                    self.session_id, self.edge_id, self.principal.user_id, self.principal.tenant_id
-                )
+                SessionReady(self.session_id, self.edge_id, principal.user_id, principal.tenant_id)
             )
         ]
+
+    def key_refused(self, err: EdgeError) -> list[Action]:
+        """The shell could not admit the API key: an unknown or revoked key counts as a
+        failed authentication; a store that did not answer does not."""
+        if isinstance(err, AuthError):
+            self._auth_failures += 1
+        actions: list[Action] = [error_event(err)]
+        if self._auth_failures >= MAX_AUTH_FAILURES:
+            actions.append(Close(CLOSE_POLICY_VIOLATION, "too many failed authentications"))
+        return actions
 
     def _create_turn(self, principal: Principal, msg: CreateTurn) -> list[Action]:
         self._check_room()

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 
 import httpx
@@ -15,6 +18,9 @@ import openai
 import pytest
 
 from harness.factories import new_conversation_id as conv
+from runtime.settings import settings_env
+from ws_edge.api_keys import key_id
+from ws_edge.client import EdgeClient
 from ws_edge.server import EdgeServer
 
 pytestmark = pytest.mark.integration
@@ -312,3 +318,102 @@ async def test_curl_streams_the_answer(fake_pipeline):
         if line.startswith("data: ")
     )
     assert text == echo("curl me")
+
+
+EVENT_SOURCE_READER = """
+async ({question, token}) => {
+  // POST the turn (fetch), keep only its resume URL, then follow the answer with the
+  // browser's own EventSource, which reconnects by itself with Last-Event-ID each time
+  // the edge ends the stream (TURNSTREAM_SSE_MAX_STREAM_S)
+  const abort = new AbortController();
+  const posted = await fetch("/v1/chat/completions", {
+    method: "POST",
+    signal: abort.signal,
+    headers: {"Authorization": `Bearer ${token}`, "Content-Type": "application/json"},
+    body: JSON.stringify({model: "m", messages: [{role: "user", content: question}],
+                          max_tokens: 1000, stream: true}),
+  });
+  const resume = posted.headers.get("X-Turnstream-Resume-Url");
+  abort.abort();
+  return await new Promise((resolve, reject) => {
+    const texts = [], ids = [];
+    let opens = 0;
+    const source = new EventSource(`${resume}?token=${encodeURIComponent(token)}`);
+    source.onopen = () => { opens += 1; };
+    source.onmessage = (event) => {
+      if (event.data === "[DONE]") { source.close(); resolve({texts, ids, opens}); return; }
+      for (const choice of JSON.parse(event.data).choices || []) {
+        if (choice.delta && choice.delta.content) {
+          texts.push(choice.delta.content);
+          ids.push(event.lastEventId);
+        }
+      }
+    };
+    setTimeout(() => { source.close(); reject(new Error(`timed out: ${texts.length}`)); }, 60000);
+  });
+}
+"""
+
+
+async def test_a_browsers_event_source_follows_an_answer_across_reconnects(fake_pipeline):
+    """Chromium's EventSource on the resume URL: the edge ends the stream every second, the
+    browser reconnects with Last-Event-ID, and the text is whole, in order, once."""
+    from playwright.async_api import async_playwright
+
+    settings = dataclasses.replace(fake_pipeline.settings, sse_max_stream_s=1.0)
+    edge = EdgeServer(settings, edge_id=f"{fake_pipeline.edge.edge_id}-http-browser")
+    await edge.start()
+    try:
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(
+                executable_path="/usr/bin/chromium", headless=True
+            )
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{edge.http_port}/v1/models")  # same origin
+            arg = {"question": LONG_QUESTION, "token": fake_pipeline.token("browser")}
+            seen = await page.evaluate(EVENT_SOURCE_READER, arg)
+            await browser.close()
+    finally:
+        await edge.stop()
+    assert "".join(seen["texts"]) == echo(LONG_QUESTION)
+    assert seen["opens"] >= 2  # it did reconnect
+    positions = [tuple(int(p) for p in i.split("-", 1)) for i in seen["ids"]]
+    assert positions == sorted(set(positions))
+
+
+async def api_keys_cli(settings, *args: str) -> str:
+    env = {**os.environ, **settings_env(settings)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "infra.api_keys", *args, env=env, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await process.communicate()
+    assert process.returncode == 0
+    return out.decode()
+
+
+async def test_a_tenants_api_key_works_at_both_doors_until_it_is_revoked(fake_pipeline):
+    settings = fake_pipeline.settings
+    key = (await api_keys_cli(settings, "create", "acme", "keyholder", "--label", "ci")).split()[0]
+    client = openai.AsyncOpenAI(base_url=base_url(fake_pipeline.edge), api_key=key, max_retries=0)
+    answer = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "by key"}]
+    )
+    assert answer.choices[0].message.content == echo("by key")
+    async with EdgeClient.connect(fake_pipeline.url, key) as ws:
+        assert ws.ready is not None and ws.ready.user_id == "keyholder"
+    listed = await api_keys_cli(settings, "list", "acme")
+    assert key_id(key) in listed and key not in listed  # only the id is shown, never the key
+    await api_keys_cli(settings, "revoke", key_id(key))
+    with pytest.raises(openai.AuthenticationError) as revoked:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "again"}]
+        )
+    assert revoked.value.code == "key_revoked"
+    forged = openai.AsyncOpenAI(
+        base_url=base_url(fake_pipeline.edge), api_key=key[:-2] + "xx", max_retries=0
+    )
+    with pytest.raises(openai.AuthenticationError) as unknown:
+        await forged.models.list()
+    assert unknown.value.code == "token_invalid"
+    await client.close()
+    await forged.close()

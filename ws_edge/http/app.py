@@ -30,7 +30,7 @@ from aiohttp import web
 from runtime import prometheus as prom
 from schemas.events import FinishReason
 from ws_edge.actions import RequestCancel
-from ws_edge.auth import Principal, verify_token
+from ws_edge.auth import Principal, is_api_key, verify_token
 from ws_edge.door import TurnDoor
 from ws_edge.errors import AuthError, EdgeError, InvalidMessage, UnknownTurn, UnsupportedParameter
 from ws_edge.http.chat_request import (
@@ -43,6 +43,7 @@ from ws_edge.http.chat_request import (
 from ws_edge.http.chat_stream import (
     DONE_FRAME,
     HEARTBEAT_FRAME,
+    RETRY_FRAME,
     ChatStream,
     error_object,
     turn_of,
@@ -93,11 +94,15 @@ def _refusal(event: ErrorEvent) -> web.Response:
     return error_response(err, retry_after_ms=event.retry_after_ms)
 
 
-def _bearer(request: web.Request) -> str:
+def _bearer(request: web.Request, *, in_url: bool = False) -> str:
+    """The request's token: `Authorization: Bearer`, or (`in_url`: for EventSource, which
+    cannot send headers) a `token` URL parameter, as the WebSocket door takes it."""
     auth = request.headers.get("Authorization", "")
-    if not auth.lower().startswith("bearer ") or not auth[7:].strip():
-        raise AuthError("send Authorization: Bearer <token>", code="unauthenticated")
-    return auth[7:].strip()
+    if auth.lower().startswith("bearer ") and auth[7:].strip():
+        return auth[7:].strip()
+    if in_url and request.query.get("token"):
+        return request.query["token"]
+    raise AuthError("send Authorization: Bearer <token>", code="unauthenticated")
 
 
 def _counted(route: str, response: web.StreamResponse) -> web.StreamResponse:
@@ -122,14 +127,16 @@ async def _completions(request: web.Request) -> web.StreamResponse:
         )
     except EdgeError as err:
         return _counted("completions", error_response(err))
-    door = HttpDoor(edge, request, chat.stream, chat.include_usage, chat.model)
+    door = HttpDoor(
+        edge, request, stream=chat.stream, include_usage=chat.include_usage, model=chat.model
+    )
     return _counted("completions", await door.answer(token, chat))
 
 
 async def _resume(request: web.Request) -> web.StreamResponse:
     edge = request.app[EDGE_KEY]
     try:
-        token = _bearer(request)
+        token = _bearer(request, in_url=True)
         turn_id = turn_of(request.match_info["id"])
         if turn_id is None:
             raise UnknownTurn(f"no completion {request.match_info['id']!r}")
@@ -137,7 +144,14 @@ async def _resume(request: web.Request) -> web.StreamResponse:
         message = resume_message(turn_id, after)
     except EdgeError as err:
         return _counted("resume", error_response(err))
-    door = HttpDoor(edge, request, stream=True, include_usage=False, model="")
+    door = HttpDoor(
+        edge,
+        request,
+        stream=True,
+        include_usage=False,
+        model="",
+        resumable=True,
+    )
     return _counted("resume", await door.follow(token, turn_id, encode_client(message)))
 
 
@@ -159,7 +173,7 @@ async def _cancel(request: web.Request) -> web.StreamResponse:
 async def _models(request: web.Request) -> web.StreamResponse:
     edge = request.app[EDGE_KEY]
     try:
-        edge_principal(edge, _bearer(request))
+        await principal_of(edge, _bearer(request))
     except EdgeError as err:
         return _counted("models", error_response(err))
     auto = {
@@ -176,7 +190,10 @@ async def _models(request: web.Request) -> web.StreamResponse:
     return _counted("models", web.json_response({"object": "list", "data": [auto, *pools]}))
 
 
-def edge_principal(edge: EdgeServer, token: str) -> Principal:
+async def principal_of(edge: EdgeServer, token: str) -> Principal:
+    """Whose request it is: a signed token's principal, or an API key's."""
+    if is_api_key(token):
+        return await edge.api_keys.resolve(token)
     return verify_token(edge.settings.auth_secret, token)
 
 
@@ -187,11 +204,16 @@ class HttpDoor(TurnDoor):
         self,
         edge: EdgeServer,
         request: web.Request,
+        *,
         stream: bool,
         include_usage: bool,
         model: str,
+        resumable: bool = False,
     ) -> None:
         super().__init__(edge, request.headers)
+        # a GET .../events stream (EventSource): told how soon to reconnect, and ended after
+        # TURNSTREAM_SSE_MAX_STREAM_S; a POST's stream (an SDK's) runs to its end
+        self._resumable = resumable
         self.request = request
         self.stream = stream
         self.chat: ChatStream | None = None
@@ -220,7 +242,7 @@ class HttpDoor(TurnDoor):
 
     async def cancel_owned(self, token: str, turn_id: str) -> None:
         """Cancel a turn of the token's user (any request, any edge node may)."""
-        principal = edge_principal(self.edge, token)
+        principal = await principal_of(self.edge, token)
         owner, conversation_id = await self.owner_of(turn_id)
         if owner != principal.owner:  # the same answer whether it exists or not
             raise UnknownTurn(f"no turn {turn_id!r} of yours to cancel")
@@ -273,7 +295,7 @@ class HttpDoor(TurnDoor):
             )
 
     async def _run(self, token: str, message: str) -> web.StreamResponse:
-        self._apply(self.session.open(token))
+        await self.authenticate(token)
         if self.session.authenticated:
             self._apply(self.session.receive(message))
         opened = await self._opened
@@ -312,11 +334,20 @@ class HttpDoor(TurnDoor):
         )
         await response.prepare(self.request)
         heartbeat = self.edge.settings.sse_heartbeat_s
+        loop = asyncio.get_running_loop()
+        max_s = self.edge.settings.sse_max_stream_s if self._resumable else 0.0
+        ends_at = loop.time() + max_s if max_s > 0 else float("inf")
         try:
+            if self._resumable:  # EventSource reads it; an SDK's decoder would choke on it
+                await response.write(RETRY_FRAME.encode())
             while True:
-                frames = await _take(self.outbox, heartbeat)
+                left = ends_at - loop.time()
+                if left <= 0:
+                    break  # the client comes back with Last-Event-ID (EventSource does)
+                frames = await _take(self.outbox, min(heartbeat, left))
                 if not frames:
-                    await response.write(HEARTBEAT_FRAME.encode())
+                    if loop.time() < ends_at:
+                        await response.write(HEARTBEAT_FRAME.encode())
                     continue
                 await response.write("".join(frames).encode())
                 prom.EDGE_FRAMES.inc(len(frames))

@@ -39,6 +39,7 @@ from ws_edge.messages import (
 
 DONE_FRAME = "data: [DONE]\n\n"
 HEARTBEAT_FRAME = ": keep-alive\n\n"
+RETRY_FRAME = "retry: 500\n\n"  # EventSource: reconnect after 0.5 s (its default is ~3 s)
 _FINISH = {
     FinishReason.STOP: "stop",
     FinishReason.LENGTH: "length",

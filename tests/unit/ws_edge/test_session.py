@@ -5,9 +5,9 @@ import pytest
 
 from harness.factories import completed
 from schemas.events import TokenChunk, TurnStarted
-from ws_edge.actions import Close, RequestCancel, Send, SubmitTurn
-from ws_edge.auth import mint_token
-from ws_edge.errors import BrokerUnavailable
+from ws_edge.actions import Close, RequestCancel, ResolveApiKey, Send, SubmitTurn
+from ws_edge.auth import Principal, mint_token
+from ws_edge.errors import AuthError, BrokerUnavailable, StoreUnavailable
 from ws_edge.media import MediaLimits
 from ws_edge.messages import (
     ErrorEvent,
@@ -431,3 +431,20 @@ def test_a_carried_history_is_held_to_the_servers_history_limit():
         session.receive(frame(type="turn.create", conversation_id="c1", text="hi", history=long))
     )
     assert error.code == "media_too_large" and "25 characters" in error.message
+
+
+def test_an_api_key_is_looked_up_by_the_shell_then_admitted_or_refused():
+    session = make_session()
+    assert session.open("tsk-abc") == [ResolveApiKey("tsk-abc")]
+    assert not session.authenticated
+    [ready] = session.admit(Principal("bob", "acme"))
+    assert isinstance(ready.event, SessionReady) and session.authenticated
+    # a renewal by another user's key is refused: a session keeps its user
+    assert only_error(session.admit(Principal("eve", "acme"))).code == "token_invalid"
+
+    refused = make_session()
+    assert only_error(refused.key_refused(StoreUnavailable("down"))).code == "store_unavailable"
+    for _ in range(MAX_AUTH_FAILURES - 1):
+        only_error(refused.key_refused(AuthError("revoked", code="key_revoked")))
+    *_, close = refused.key_refused(AuthError("revoked", code="key_revoked"))
+    assert isinstance(close, Close)
