@@ -29,6 +29,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -230,32 +231,52 @@ def diff_paths(old: Any, new: Any, path: str = "") -> list[str]:
     return [] if old == new else [f"~ {path or '/'}"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m infra.protocol_spec", description=__doc__.splitlines()[0]
-    )
+def spec_cli(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    description: str,
+    build: Callable[[], dict[str, Any]],
+    path: Path,
+    version: str,
+    regenerate: str,
+) -> int:
+    """Print, `--write` or `--check` a generated document (this one, the HTTP API's)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help=f"write {SPEC_PATH.name}")
+    mode.add_argument("--write", action="store_true", help=f"write {path.name}")
     mode.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    parser.add_argument("--path", type=Path, default=SPEC_PATH)
+    parser.add_argument("--path", type=Path, default=path)
     args = parser.parse_args(argv)
-    text = render(build_spec())
+    text = render(build())
     if args.write:
         args.path.parent.mkdir(parents=True, exist_ok=True)
         args.path.write_text(text, encoding="utf-8")
-        print(f"wrote {args.path} ({len(text.encode())} bytes, version {SPEC_VERSION})")
+        print(f"wrote {args.path} ({len(text.encode())} bytes, version {version})")
         return 0
     if args.check:
         committed = args.path.read_text(encoding="utf-8") if args.path.exists() else "{}"
         if committed == text:
-            print(f"{args.path} is up to date (version {SPEC_VERSION})")
+            print(f"{args.path} is up to date (version {version})")
             return 0
         changes = diff_paths(json.loads(committed), json.loads(text)) or ["~ formatting"]
-        print(f"{args.path} is stale ({len(changes)} differences); run {REGENERATE}")
+        print(f"{args.path} is stale ({len(changes)} differences); run {regenerate}")
         print("\n".join(changes[:40] + ([f"... {len(changes) - 40} more"] * (len(changes) > 40))))
         return 1
     sys.stdout.write(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return spec_cli(
+        argv,
+        prog="python -m infra.protocol_spec",
+        description=__doc__.splitlines()[0],
+        build=build_spec,
+        path=SPEC_PATH,
+        version=SPEC_VERSION,
+        regenerate=REGENERATE,
+    )
 
 
 if __name__ == "__main__":

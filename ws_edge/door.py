@@ -59,6 +59,7 @@ from ws_edge.errors import (
     UnknownTurn,
 )
 from ws_edge.messages import ErrorEvent, FeedbackRecorded, ServerEvent
+from ws_edge.outbox import Outbox
 from ws_edge.session import Session, error_event
 from ws_edge.voice.speech_detector import SpeechDetector
 
@@ -102,6 +103,8 @@ class TurnDoor:
             clock_ms=now_ms,
             client_info=user_agent[:200],
         )
+        # the client's bounded queue of outgoing frames (a slow reader is cut off at its bound)
+        self.outbox = Outbox(edge.settings.outbox_max_frames, edge.settings.outbox_max_bytes)
         self._tasks: set[asyncio.Task[None]] = set()
         self._detector: SpeechDetector | None = None  # the voice loop's VAD, made on first use
         self._speech_deadlines: dict[str, asyncio.TimerHandle] = {}

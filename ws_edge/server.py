@@ -48,7 +48,7 @@ from ws_edge.messages import (
     ServerEvent,
     encode_server,
 )
-from ws_edge.outbox import Outbox, OutboxOverflow
+from ws_edge.outbox import OutboxOverflow
 from ws_edge.relay import RelaySubscriber
 from ws_edge.session import SessionLimits
 from ws_edge.voice.loop import VadRules
@@ -195,7 +195,6 @@ class _Connection(TurnDoor):
         request = websocket.request
         super().__init__(edge, request.headers if request is not None else None)
         self.websocket = websocket
-        self.outbox = Outbox(edge.settings.outbox_max_frames, edge.settings.outbox_max_bytes)
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write())

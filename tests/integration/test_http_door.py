@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator
 
 import httpx
@@ -18,8 +19,11 @@ import openai
 import pytest
 
 from harness.factories import new_conversation_id as conv
-from runtime.settings import settings_env
+from runtime import prometheus as prom
+from runtime.kafka_topics import ensure_topics
+from runtime.settings import Settings, settings_env
 from ws_edge.api_keys import key_id
+from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient
 from ws_edge.server import EdgeServer
 
@@ -417,3 +421,41 @@ async def test_a_tenants_api_key_works_at_both_doors_until_it_is_revoked(fake_pi
     assert unknown.value.code == "token_invalid"
     await client.close()
     await forged.close()
+
+
+async def test_the_sdk_retries_a_rate_limited_request_when_the_bucket_says(services, tmp_path):
+    """A tenant with one request a second: the SDK's second request is refused with 429 and
+    a retry hint, and the SDK, retrying by itself after that hint, gets its answer
+    (streams open at the Kafka ack: no worker needs to run)."""
+    registry = tmp_path / "tenants.json"
+    one_a_second = {"tier": "free", "limits": {"requests_per_minute": 60, "request_burst": 1}}
+    registry.write_text(json.dumps({"tenants": {"retryco": one_a_second}}))
+    settings = Settings.from_env(
+        namespace=f"http-retry-{uuid.uuid4().hex[:6]}",
+        edge_port=0,
+        tenant_registry_path=str(registry),
+    )
+    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    edge = EdgeServer(settings)
+    await edge.start()
+    refused = prom.EDGE_HTTP_REQUESTS.labels("completions", "429")
+    try:
+        token = mint_token(settings.auth_secret, "u", "retryco")
+        patient = openai.AsyncOpenAI(base_url=base_url(edge), api_key=token, max_retries=3)
+        impatient = openai.AsyncOpenAI(base_url=base_url(edge), api_key=token, max_retries=0)
+        ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        first = await patient.chat.completions.create(**ask)
+        with pytest.raises(openai.RateLimitError) as limited:
+            await impatient.chat.completions.create(**ask)
+        assert limited.value.code == "rate_limited"
+        assert int(limited.value.response.headers["retry-after-ms"]) > 0
+        assert limited.value.response.headers["x-should-retry"] == "true"
+        before = refused._value.get()
+        second = await patient.chat.completions.create(**ask)  # refused, waits, retried
+        assert refused._value.get() >= before + 1
+        await first.close()
+        await second.close()
+        await patient.close()
+        await impatient.close()
+    finally:
+        await edge.stop()

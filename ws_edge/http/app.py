@@ -25,6 +25,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import msgspec
 from aiohttp import web
 
 from runtime import prometheus as prom
@@ -48,6 +49,7 @@ from ws_edge.http.chat_stream import (
     error_object,
     turn_of,
 )
+from ws_edge.http.shapes import CancelResult, Model, ModelList
 from ws_edge.http.statuses import error_kind, http_status, retry_headers
 from ws_edge.messages import (
     ErrorEvent,
@@ -66,6 +68,7 @@ log = logging.getLogger("turnstream.edge.http")
 
 COMPLETIONS = "/v1/chat/completions"
 EDGE_KEY: web.AppKey[EdgeServer] = web.AppKey("edge")
+_encoder = msgspec.json.Encoder()
 
 
 def build_app(edge: EdgeServer) -> web.Application:
@@ -85,7 +88,15 @@ def error_response(err: EdgeError, *, retry_after_ms: int | None = None) -> web.
     retry_after = (
         retry_after_ms if retry_after_ms is not None else getattr(err, "retry_after_ms", None)
     )
-    return web.json_response(body, status=status, headers=retry_headers(err.retryable, retry_after))
+    return json_response(body, status=status, headers=retry_headers(err.retryable, retry_after))
+
+
+def json_response(
+    body: msgspec.Struct, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=_encoder.encode(body), status=status, headers=headers, content_type="application/json"
+    )
 
 
 def _refusal(event: ErrorEvent) -> web.Response:
@@ -166,8 +177,8 @@ async def _cancel(request: web.Request) -> web.StreamResponse:
         await door.cancel_owned(token, turn_id)
     except EdgeError as err:
         return _counted("cancel", error_response(err))
-    body = {"id": request.match_info["id"], "object": "chat.completion.cancel", "cancelled": True}
-    return _counted("cancel", web.json_response(body))
+    body = CancelResult(request.match_info["id"], "chat.completion.cancel", cancelled=True)
+    return _counted("cancel", json_response(body))
 
 
 async def _models(request: web.Request) -> web.StreamResponse:
@@ -176,18 +187,10 @@ async def _models(request: web.Request) -> web.StreamResponse:
         await principal_of(edge, _bearer(request))
     except EdgeError as err:
         return _counted("models", error_response(err))
-    auto = {
-        "id": "auto",
-        "object": "model",
-        "created": 0,
-        "owned_by": "turnstream",
-        "turnstream": {"pools": list(edge.settings.pool_names), "router": True},
-    }
-    pools = [
-        {"id": pool, "object": "model", "created": 0, "owned_by": "turnstream"}
-        for pool in edge.settings.pool_names
-    ]
-    return _counted("models", web.json_response({"object": "list", "data": [auto, *pools]}))
+    pools = list(edge.settings.pool_names)
+    auto = Model("auto", "model", 0, "turnstream", {"router": True, "pools": pools})
+    listed = [auto, *(Model(pool, "model", 0, "turnstream", {"pool": pool}) for pool in pools)]
+    return _counted("models", json_response(ModelList("list", listed)))
 
 
 async def principal_of(edge: EdgeServer, token: str) -> Principal:
@@ -219,7 +222,6 @@ class HttpDoor(TurnDoor):
         self.chat: ChatStream | None = None
         self._include_usage = include_usage
         self._model = model
-        self.outbox = Outbox(edge.settings.outbox_max_frames, edge.settings.outbox_max_bytes)
         # the first event that says how the request is answered: accepted / resumed, or an
         # error before either
         self._opened: asyncio.Future[ServerEvent] = asyncio.get_running_loop().create_future()
@@ -320,7 +322,7 @@ class HttpDoor(TurnDoor):
             return error_response(err)
         if done.error is not None and done.error.code in ("input_blocked", "image_blocked"):
             return error_response(InvalidMessage(done.error.message, code=done.error.code))
-        return web.json_response(self.chat.completion())
+        return json_response(self.chat.completion())
 
     async def _stream(self) -> web.StreamResponse:
         assert self.chat is not None

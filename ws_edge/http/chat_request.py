@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -67,54 +67,61 @@ SUPPORTED = frozenset(
 )
 
 
-class _TextContent(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+class TextContent(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
     text: str
 
 
-class _ImageUrl(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ImageUrl(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url: str
     detail: Literal["auto", "low", "high"] = "auto"
 
 
-class _ImageContent(msgspec.Struct, frozen=True, tag_field="type", tag="image_url"):
-    image_url: _ImageUrl
+class ImageUrlContent(msgspec.Struct, frozen=True, tag_field="type", tag="image_url"):
+    image_url: ImageUrl
 
 
-class _InputAudio(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class InputAudio(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     data: str
     format: Literal["wav", "mp3"]
 
 
-class _AudioContent(msgspec.Struct, frozen=True, tag_field="type", tag="input_audio"):
-    input_audio: _InputAudio
+class InputAudioContent(msgspec.Struct, frozen=True, tag_field="type", tag="input_audio"):
+    input_audio: InputAudio
 
 
-_Content = _TextContent | _ImageContent | _AudioContent
+ContentPart = TextContent | ImageUrlContent | InputAudioContent
 
 
-class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ChatMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[_Content] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
 
 
-class _StreamOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class StreamOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     include_usage: bool = False
 
 
+Tokens = Annotated[int, msgspec.Meta(ge=1, le=4096)]
+Stop = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
 class ChatRequest(msgspec.Struct, frozen=True):
-    model: str
-    messages: list[_Message]
+    """OpenAI's chat-completions request, as far as the HTTP door implements it (any other
+    field is refused by name; see the module's docstring)."""
+
+    model: str  # any name: the router picks what serves the turn (GET /v1/models)
+    messages: list[ChatMessage]
     stream: bool = False
-    stream_options: _StreamOptions | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: str | list[str] | None = None
-    seed: int | None = None
+    stream_options: StreamOptions | None = None
+    max_tokens: Tokens | None = None
+    max_completion_tokens: Tokens | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    stop: Stop | Annotated[list[Stop], msgspec.Meta(max_length=4)] | None = None
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     n: int = 1
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, str] | None = None  # conversation_id: the server keeps the history
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +214,8 @@ def _without_nulls(value: Any) -> Any:
 
 
 def _split(
-    messages: list[_Message], *, server_history: bool
-) -> tuple[str, list[HistoryMessage] | None, _Message]:
+    messages: list[ChatMessage], *, server_history: bool
+) -> tuple[str, list[HistoryMessage] | None, ChatMessage]:
     """(instructions, the carried history, the turn's own message)."""
     if not messages:
         raise InvalidMessage("messages is empty: the last message must be the user's")
@@ -226,16 +233,17 @@ def _split(
                 "keeps the history, so send only the new user message (and system messages)"
             )
         else:
-            history.append(HistoryMessage(message.role, _text_only(message, i)))
+            role: Literal["user", "assistant"] = "user" if message.role == "user" else "assistant"
+            history.append(HistoryMessage(role, _text_only(message, i)))
     return "\n\n".join(instructions), None if server_history else history, last
 
 
-def _text_only(message: _Message, index: int) -> str:
+def _text_only(message: ChatMessage, index: int) -> str:
     if isinstance(message.content, str):
         return message.content
     texts = []
     for j, part in enumerate(message.content or []):
-        if not isinstance(part, _TextContent):
+        if not isinstance(part, TextContent):
             raise InvalidMessage(
                 f"messages[{index}].content[{j}]: images and audio are read only in the last "
                 "user message"
@@ -244,16 +252,16 @@ def _text_only(message: _Message, index: int) -> str:
     return "\n".join(texts)
 
 
-def _content(message: _Message) -> tuple[str, list[Part]]:
+def _content(message: ChatMessage) -> tuple[str, list[Part]]:
     """The user message as the turn's text and media parts."""
     if isinstance(message.content, str):
         return message.content, []
     parts: list[Part] = []
     for part in message.content or []:
-        if isinstance(part, _TextContent):
+        if isinstance(part, TextContent):
             if part.text:
                 parts.append(TextPart(part.text))
-        elif isinstance(part, _ImageContent):
+        elif isinstance(part, ImageUrlContent):
             parts.append(_image(part.image_url.url))
         else:
             parts.append(AudioPart(data=part.input_audio.data, format="auto"))

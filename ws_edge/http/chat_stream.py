@@ -19,11 +19,23 @@ Not streamed: the same events gathered into one `chat.completion`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from schemas.events import OUTPUT_CUT, FinishReason, Usage
+from ws_edge.http.shapes import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionChunk,
+    Choice,
+    ChunkChoice,
+    ChunkDelta,
+    CompletionUsage,
+    ErrorDetail,
+    ErrorResponse,
+    PromptTokensDetails,
+)
 from ws_edge.messages import (
     ErrorEvent,
     InputTranscript,
@@ -40,7 +52,7 @@ from ws_edge.messages import (
 DONE_FRAME = "data: [DONE]\n\n"
 HEARTBEAT_FRAME = ": keep-alive\n\n"
 RETRY_FRAME = "retry: 500\n\n"  # EventSource: reconnect after 0.5 s (its default is ~3 s)
-_FINISH = {
+_FINISH: dict[FinishReason, Literal["stop", "length", "content_filter"]] = {
     FinishReason.STOP: "stop",
     FinishReason.LENGTH: "length",
     FinishReason.CANCELLED: "stop",
@@ -66,18 +78,18 @@ def event_id(epoch: int | None, offset: int | None) -> str | None:
     return f"{epoch}-{offset}"
 
 
-def usage_object(usage: Usage) -> dict[str, Any]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
-    }
+def usage_object(usage: Usage) -> CompletionUsage:
+    return CompletionUsage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.prompt_tokens + usage.completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(usage.cached_prompt_tokens),
+    )
 
 
-def error_object(code: str, message: str, *, kind: str, param: str | None = None) -> dict:
+def error_object(code: str, message: str, *, kind: str, param: str | None = None) -> ErrorResponse:
     """OpenAI's error shape; `code` is the WebSocket protocol's error code."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return ErrorResponse(ErrorDetail(message=message, type=kind, param=param, code=code))
 
 
 @dataclass
@@ -108,30 +120,32 @@ class ChatStream:
                     "conversation_id": event.conversation_id,
                     "resume_url": self.resume_url,
                 }
-                chunk = self._chunk({"role": "assistant", "content": ""}, turnstream=opening)
+                chunk = self._chunk(ChunkDelta("assistant", ""), turnstream=opening)
                 return [_frame(chunk)]
             case ResponseStarted():
                 self.model = event.model or self.model
                 return []
             case ResponseDelta():
                 self.text.append(event.text)
-                chunk = self._chunk({"content": event.text})
+                chunk = self._chunk(ChunkDelta(content=event.text))
                 return [_frame(chunk, event_id(event.epoch, event.offset))]
             case ResponseRestarted():
                 self.text.clear()
-                chunk = self._chunk({}, turnstream={"restarted": event.reason})
+                chunk = self._chunk(ChunkDelta(), turnstream={"restarted": event.reason})
                 return [_frame(chunk)]
             case ResponseRetracted():
                 self.text = [event.text]
-                chunk = self._chunk({}, turnstream={"retracted": event.reason, "text": event.text})
+                chunk = self._chunk(
+                    ChunkDelta(), turnstream={"retracted": event.reason, "text": event.text}
+                )
                 return [_frame(chunk)]
             case InputTranscript():
-                chunk = self._chunk({}, turnstream={"transcript": event.text})
+                chunk = self._chunk(ChunkDelta(), turnstream={"transcript": event.text})
                 return [_frame(chunk, event_id(event.epoch, event.offset))]
             case ResponseResumed() if event.status != "resumed":
                 if event.status == "restarted":
                     self.text.clear()
-                chunk = self._chunk({}, turnstream={"resumed": event.status})
+                chunk = self._chunk(ChunkDelta(), turnstream={"resumed": event.status})
                 return [_frame(chunk, event_id(event.epoch, event.offset))]
             case ResponseDone():
                 return self._finish(event)
@@ -156,57 +170,59 @@ class ChatStream:
             extra["cancelled"] = True
         if not self.text and done.text:  # nothing streamed (a resume past an expired log)
             extra["text"] = done.text
-        chunk = self._chunk({}, finish_reason=_FINISH[done.finish_reason], turnstream=extra)
+        chunk = self._chunk(
+            ChunkDelta(), finish_reason=_FINISH[done.finish_reason], turnstream=extra
+        )
         frames = [_frame(chunk, position)]
         if self.include_usage:
-            usage = {**self._envelope(), "choices": [], "usage": usage_object(done.usage)}
+            usage = ChatCompletionChunk(
+                id=self.id,
+                object="chat.completion.chunk",
+                created=self.created_s,
+                model=self.model,
+                choices=[],
+                usage=usage_object(done.usage),
+            )
             frames.append(_frame(usage))
         return [*frames, DONE_FRAME]
 
-    def completion(self) -> dict[str, Any]:
+    def completion(self) -> ChatCompletion:
         """The whole answer as one `chat.completion` (after `response.done`)."""
         assert self.done is not None
         done = self.done
-        message = {"role": "assistant", "content": done.text, "refusal": None}
-        if done.error is not None and done.error.code == OUTPUT_CUT:
-            message["refusal"] = done.text
-        return {
-            **self._envelope("chat.completion"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": _FINISH.get(done.finish_reason, "stop"),
-                    "logprobs": None,
-                }
-            ],
-            "usage": usage_object(done.usage),
-            "turnstream": {
-                "turn_id": self.turn_id,
-                "conversation_id": self.conversation_id,
-                **({"error": {"code": done.error.code}} if done.error is not None else {}),
-            },
-        }
-
-    def _envelope(self, kind: str = "chat.completion.chunk") -> dict[str, Any]:
-        return {"id": self.id, "object": kind, "created": self.created_s, "model": self.model}
+        cut = done.error is not None and done.error.code == OUTPUT_CUT
+        message = AssistantMessage("assistant", done.text, done.text if cut else None)
+        finish = _FINISH.get(done.finish_reason, "stop")
+        about: dict[str, Any] = {"turn_id": self.turn_id, "conversation_id": self.conversation_id}
+        if done.error is not None:
+            about["error"] = {"code": done.error.code}
+        return ChatCompletion(
+            id=self.id,
+            object="chat.completion",
+            created=self.created_s,
+            model=self.model,
+            choices=[Choice(0, message, finish, None)],
+            usage=usage_object(done.usage),
+            turnstream=about,
+        )
 
     def _chunk(
         self,
-        delta: dict[str, Any],
+        delta: ChunkDelta,
         *,
         finish_reason: str | None = None,
         turnstream: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        chunk = {
-            **self._envelope(),
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        }
-        if turnstream:
-            chunk["turnstream"] = turnstream
-        return chunk
+    ) -> ChatCompletionChunk:
+        return ChatCompletionChunk(
+            id=self.id,
+            object="chat.completion.chunk",
+            created=self.created_s,
+            model=self.model,
+            choices=[ChunkChoice(0, delta, finish_reason)],  # type: ignore[arg-type]
+            turnstream=turnstream or None,
+        )
 
 
-def _frame(data: dict[str, Any], id_: str | None = None) -> str:
+def _frame(data: msgspec.Struct, id_: str | None = None) -> str:
     body = _encoder.encode(data).decode()
     return f"id: {id_}\ndata: {body}\n\n" if id_ is not None else f"data: {body}\n\n"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+
 from schemas.events import ErrorInfo, FinishReason, Timings, Usage
 from ws_edge.http.chat_stream import DONE_FRAME, ChatStream, event_id, turn_of
 from ws_edge.messages import (
@@ -93,7 +95,10 @@ def test_a_cut_answer_is_retracted_and_ends_as_content_filter():
     final = parsed(chat.frames(done(FinishReason.SAFETY, "I can't help with that.", cut))[0])[1]
     assert final["choices"][0]["finish_reason"] == "content_filter"
     assert final["turnstream"]["error"]["code"] == "output_cut"
-    assert chat.completion()["choices"][0]["message"]["refusal"] == "I can't help with that."
+    assert (
+        msgspec.to_builtins(chat.completion())["choices"][0]["message"]["refusal"]
+        == "I can't help with that."
+    )
 
 
 def test_a_restart_says_to_drop_the_text_so_far():
@@ -109,7 +114,7 @@ def test_the_whole_answer_gathers_into_one_completion():
     chat.frames(TurnAccepted("t1", "c1"))
     chat.frames(ResponseDelta("t1", 0, "Hi there", 0, 1))
     chat.frames(done(FinishReason.LENGTH))
-    completion = chat.completion()
+    completion = msgspec.to_builtins(chat.completion())
     assert completion["object"] == "chat.completion"
     assert completion["model"] == "smollm2"
     assert completion["choices"][0]["message"]["content"] == "Hi there"
