@@ -13,6 +13,13 @@ with `--engine vllm` the real engine (bundled SmolLM2) runs both sides.
     python -m bench.pipeline_latency --engine fake --concurrency 1,16,128
     python -m bench.pipeline_latency --engine vllm --concurrency 1,16,128
 
+`--doors` compares the edge's two doors instead, on one stack in one run: the WebSocket
+protocol (the baseline) and the OpenAI-compatible HTTP door's Server-Sent Events (an aiohttp
+client reading the SSE stream; TTFT to the first content chunk). The levels alternate which
+door goes first:
+
+    python -m bench.pipeline_latency --doors --concurrency 1,16,128
+
 `--tracing` measures what OpenTelemetry tracing costs instead: the same pipeline with
 tracing off (TURNSTREAM_OTEL_EXPORTER=none, the baseline) and on (every role exports every
 span over OTLP/HTTP, batched, to a receiver in this process that counts and drops them):
@@ -126,6 +133,55 @@ async def run_direct(
     return samples
 
 
+async def run_http(
+    base_url: str,
+    token: str,
+    concurrency: int,
+    rounds: int,
+    *,
+    text: str,
+    decoding: DecodingParams,
+    stagger_s: float,
+) -> Samples:
+    """The same turns through the HTTP door: POST /v1/chat/completions, stream: true, one
+    aiohttp session (a connection per stream, as the WebSocket side has)."""
+    import aiohttp
+
+    samples = Samples()
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": text}],
+        "stream": True,
+        "max_tokens": decoding.max_tokens,
+        "temperature": decoding.temperature,
+    }
+
+    async def conversation(http: aiohttp.ClientSession) -> None:
+        await asyncio.sleep(random.uniform(0, stagger_s))
+        for _ in range(rounds):
+            clock = _StreamClock(samples)
+            url = f"{base_url}/v1/chat/completions"
+            async with http.post(url, json=body, headers=headers) as response:
+                response.raise_for_status()
+                samples.accept_ms.append(clock.since_start_ms())  # headers: at the Kafka ack
+                async for line in response.content:
+                    if not line.startswith(b"data: "):
+                        continue
+                    if line.startswith(b"data: [DONE]"):
+                        samples.turns += 1
+                        break
+                    if b'"content":"' in line and b'"content":""' not in line:
+                        clock.tick()
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(conversation(http) for _ in range(concurrency)))
+        samples.wall_s = time.perf_counter() - started
+    return samples
+
+
 async def run_pipeline(
     url: str,
     token: str,
@@ -190,6 +246,7 @@ def start_pipeline(
         "TURNSTREAM_ENGINE": engine,
         "TURNSTREAM_NAMESPACE": settings.namespace,
         "TURNSTREAM_EDGE_PORT": str(settings.edge_port),
+        "TURNSTREAM_EDGE_HTTP_PORT": str(settings.edge_http_port),
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS": str(settings.fake_token_interval_ms),
         "TURNSTREAM_MAX_INFLIGHT_TURNS": str(settings.max_inflight_turns),
         "TURNSTREAM_LOG_LEVEL": "WARNING",
@@ -204,7 +261,7 @@ def report(
     labels: tuple[str, str] = ("direct", "pipeline"),
 ) -> list[Comparison]:
     rows: list[Comparison] = []
-    print(f"\n{engine} engine: added latency at the WebSocket client (ms)")
+    print(f"\n{engine} engine: added latency at the client (ms)")
     header = (
         f"{'streams':>7} {'metric':>5} {'q':>4} {labels[0]:>9} {labels[1]:>9} "
         f"{'added':>8} {'ratio':>6}"
@@ -329,6 +386,54 @@ async def measure_pipeline(
     return measured
 
 
+async def measure_doors(
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    levels: list[int],
+    text: str,
+    decoding: DecodingParams,
+    stagger: float,
+    logs: Path,
+) -> dict[int, dict[str, Samples]]:
+    """Both doors on one stack: each level through the WebSocket ("direct", the baseline)
+    and the HTTP door ("pipeline"), the first door alternating from level to level."""
+    children = start_pipeline(settings, args.engine, logs)
+    measured: dict[int, dict[str, Samples]] = {}
+    try:
+        url = f"ws://127.0.0.1:{settings.edge_port}/"
+        http = f"http://127.0.0.1:{settings.edge_http_port}"
+        token = mint_token(settings.auth_secret, "bench", "bench")
+        options = {"text": text, "decoding": decoding}
+        await run_pipeline(url, token, 2, 1, stagger_s=0, **options)  # warm-up, both doors
+        await run_http(http, token, 2, 1, stagger_s=0, **options)
+        for i, n in enumerate(levels):
+            doors = [
+                (
+                    "direct",
+                    lambda n=n: run_pipeline(
+                        url, token, n, args.rounds, stagger_s=stagger, **options
+                    ),
+                ),
+                (
+                    "pipeline",
+                    lambda n=n: run_http(http, token, n, args.rounds, stagger_s=stagger, **options),
+                ),
+            ]
+            measured[n] = {}
+            for side, run in doors if i % 2 == 0 else doors[::-1]:
+                measured[n][side] = await run()
+                label = "websocket" if side == "direct" else "http/sse"
+                print(
+                    f"  {n:>4} streams, {label}: {measured[n][side].turns} turns in "
+                    f"{measured[n][side].wall_s:.1f} s",
+                    file=sys.stderr,
+                )
+    finally:
+        await asyncio.to_thread(stop_roles, children)
+    return measured
+
+
 def stack_settings(
     prefix: str, engine: str, token_interval_ms: float, most_conversations: int
 ) -> Settings:
@@ -337,6 +442,7 @@ def stack_settings(
     return Settings.from_env(
         namespace=f"{prefix}-{uuid.uuid4().hex[:6]}",
         edge_port=free_port(),
+        edge_http_port=free_port(),
         engine=engine,
         fake_token_interval_ms=token_interval_ms,
         max_inflight_turns=most_conversations * 2,
@@ -375,7 +481,15 @@ async def main_async(args: argparse.Namespace) -> None:
             results[n][side] = measured[n]
 
     spans_per_turn, hop = None, None
-    if args.tracing:  # the same pipeline, tracing off (baseline) then on
+    if args.doors:
+        labels = ("websocket", "http")
+        print("[doors] WebSocket vs HTTP/SSE, one stack", file=sys.stderr)
+        both = await measure_doors(
+            settings, args, levels=levels, text=text, decoding=decoding, stagger=stagger, logs=logs
+        )
+        for n in levels:
+            results[n] = both[n]
+    elif args.tracing:  # the same pipeline, tracing off (baseline) then on
         labels = ("off", "traced")
         await pipeline_side("direct")
         async with OtlpReceiver.running() as receiver:
@@ -409,7 +523,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
     rows = report(f"{args.engine}, {args.arrivals} arrivals", results, labels)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    tracing = "-tracing" if args.tracing else ""
+    tracing = "-tracing" if args.tracing else "-doors" if args.doors else ""
     stem = RESULTS / f"pipeline-latency-{args.engine}-{args.arrivals}{tracing}"
     stem.with_suffix(".json").write_text(
         json.dumps(
@@ -459,6 +573,11 @@ def main() -> None:
     parser.add_argument("--token-interval-ms", type=float, default=20.0)
     parser.add_argument("--arrivals", choices=["staggered", "burst"], default="staggered")
     parser.add_argument("--stagger-s", type=float, default=1.0)
+    parser.add_argument(
+        "--doors",
+        action="store_true",
+        help="compare the WebSocket door with the HTTP/SSE door instead of the direct engine",
+    )
     parser.add_argument(
         "--tracing",
         action="store_true",
