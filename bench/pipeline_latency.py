@@ -85,6 +85,19 @@ class Samples:
     wall_s: float = 0.0
 
 
+def pooled(a: Samples, b: Samples) -> Samples:
+    """Two runs' samples as one (their wall times added)."""
+    return Samples(
+        ttft_ms=a.ttft_ms + b.ttft_ms,
+        itl_ms=a.itl_ms + b.itl_ms,
+        accept_ms=a.accept_ms + b.accept_ms,
+        queue_ms=a.queue_ms + b.queue_ms,
+        server_ttft_ms=a.server_ttft_ms + b.server_ttft_ms,
+        turns=a.turns + b.turns,
+        wall_s=a.wall_s + b.wall_s,
+    )
+
+
 class _StreamClock:
     """Times one answer's text chunks: the first as TTFT (from the request), the rest as
     inter-token gaps. Both sides of the comparison measure through this one piece."""
@@ -277,15 +290,18 @@ def report(
                     f"{n:>7} {metric:>5} p{c.q:<3.0f} {c.direct_ms:9.2f} {c.pipeline_ms:9.2f} "
                     f"{c.added_ms:8.2f} {c.ratio:6.2f}"
                 )
-    print("\nwhere pipeline TTFT goes (ms, p50 / p99)")
-    print(f"{'streams':>7} {'accepted':>15} {'queued':>15} {'worker ttft':>15}")
+    sides = ["pipeline"] if labels[0] in ("direct", "off") else ["direct", "pipeline"]
+    names = dict(zip(("direct", "pipeline"), labels, strict=True))
+    print("\nwhere TTFT goes (ms, p50 / p99)")
+    print(f"{'streams':>7} {'side':>10} {'accepted':>15} {'queued':>15} {'worker ttft':>15}")
     for n, pair in results.items():
-        p = pair["pipeline"]
-        cells = [
-            f"{percentile(v, 50):6.1f} / {percentile(v, 99):6.1f}"
-            for v in (p.accept_ms, p.queue_ms, p.server_ttft_ms)
-        ]
-        print(f"{n:>7} {cells[0]:>15} {cells[1]:>15} {cells[2]:>15}")
+        for side in sides:
+            p = pair[side]
+            cells = [
+                f"{percentile(v, 50):6.1f} / {percentile(v, 99):6.1f}"
+                for v in (p.accept_ms, p.queue_ms, p.server_ttft_ms)
+            ]
+            print(f"{n:>7} {names[side]:>10} {cells[0]:>15} {cells[1]:>15} {cells[2]:>15}")
     return rows
 
 
@@ -397,7 +413,9 @@ async def measure_doors(
     logs: Path,
 ) -> dict[int, dict[str, Samples]]:
     """Both doors on one stack: each level through the WebSocket ("direct", the baseline)
-    and the HTTP door ("pipeline"), the first door alternating from level to level."""
+    and the HTTP door ("pipeline") in A B B A order, each half the rounds, pooled per door:
+    whichever door runs first after a level change pays for the change (measured: its p99
+    was the worse one whichever door it was), so each door goes first once."""
     children = start_pipeline(settings, args.engine, logs)
     measured: dict[int, dict[str, Samples]] = {}
     try:
@@ -407,26 +425,17 @@ async def measure_doors(
         options = {"text": text, "decoding": decoding}
         await run_pipeline(url, token, 2, 1, stagger_s=0, **options)  # warm-up, both doors
         await run_http(http, token, 2, 1, stagger_s=0, **options)
-        for i, n in enumerate(levels):
-            doors = [
-                (
-                    "direct",
-                    lambda n=n: run_pipeline(
-                        url, token, n, args.rounds, stagger_s=stagger, **options
-                    ),
-                ),
-                (
-                    "pipeline",
-                    lambda n=n: run_http(http, token, n, args.rounds, stagger_s=stagger, **options),
-                ),
-            ]
-            measured[n] = {}
-            for side, run in doors if i % 2 == 0 else doors[::-1]:
-                measured[n][side] = await run()
+        half = max(args.rounds // 2, 1)
+        for n in levels:
+            measured[n] = {"direct": Samples(), "pipeline": Samples()}
+            for side in ("direct", "pipeline", "pipeline", "direct"):
+                run = run_pipeline if side == "direct" else run_http
+                where = url if side == "direct" else http
+                part = await run(where, token, n, half, stagger_s=stagger, **options)
+                measured[n][side] = pooled(measured[n][side], part)
                 label = "websocket" if side == "direct" else "http/sse"
                 print(
-                    f"  {n:>4} streams, {label}: {measured[n][side].turns} turns in "
-                    f"{measured[n][side].wall_s:.1f} s",
+                    f"  {n:>4} streams, {label}: {part.turns} turns in {part.wall_s:.1f} s",
                     file=sys.stderr,
                 )
     finally:

@@ -52,6 +52,12 @@ def main() -> None:
     parser.add_argument("--per-client-proc", type=int, default=5000)
     parser.add_argument("--profile", action="store_true", help="py-spy the largest run's edge")
     parser.add_argument(
+        "--door",
+        choices=["websocket", "sse"],
+        default="websocket",
+        help="the clients' door: WebSocket, or the HTTP door's Server-Sent Events",
+    )
+    parser.add_argument(
         "--edge-gc",
         choices=["on", "off"],
         default="on",
@@ -82,6 +88,12 @@ def main() -> None:
     for r in rows[1:]:
         r["versus_baseline"] = versus(r, rows[0])
     print_table(rows)
+    write_results(rows, args, limit)
+    print(f"total {time.perf_counter() - started:.0f} s")
+
+
+def write_results(rows: list[dict[str, Any]], args: argparse.Namespace, limit: int) -> None:
+    """The JSON (delays as quantiles) and the plot, named after the door."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     slim = []
     for r in rows:
@@ -92,9 +104,9 @@ def main() -> None:
         kept["resume_samples_ms"] = r["resume_samples"]
         slim.append(kept)
     machine = {"cores": os.cpu_count(), "nofile": limit}
-    (RESULTS / "connections.json").write_text(
+    name = "connections" if args.door == "websocket" else f"connections-{args.door}"
+    (RESULTS / f"{name}.json").write_text(
         json.dumps({"args": vars(args), "machine": machine, "rows": slim}, indent=1, default=str)
     )
     plot(rows, args)
-    print("\nwrote bench/results/connections.json and bench/figures/connections.png")
-    print(f"total {time.perf_counter() - started:.0f} s")
+    print(f"\nwrote bench/results/{name}.json and bench/figures/{name}.png")

@@ -166,4 +166,4 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         "Redis, Kafka"
     )
     fig.tight_layout()
-    save_figure(fig, "connections")
+    save_figure(fig, "connections" if args.door == "websocket" else f"connections-{args.door}")

@@ -31,7 +31,14 @@ def _child_main(role: str, conn: Connection, config: dict[str, Any]) -> None:
     raise_nofile()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     logging.basicConfig(level=logging.WARNING, format=f"{role}: %(levelname)s %(message)s")
-    roles = {"clients": ClientsRole, "pump": PumpRole, "subscriber": SubscriberRole}
+    from bench.connections.sse_roles import SseClientsRole  # it builds on ClientsRole
+
+    roles = {
+        "clients": ClientsRole,
+        "sse-clients": SseClientsRole,
+        "pump": PumpRole,
+        "subscriber": SubscriberRole,
+    }
     uvloop.run(_serve(roles[role](config, conn), conn))
 
 

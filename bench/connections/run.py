@@ -123,6 +123,7 @@ class EdgeRun:
         self.settings = base.__class__.from_env(
             namespace=f"bench-conn-{self.run}",
             edge_port=free_port(),
+            edge_http_port=free_port(),
             edge_id=f"bench-edge-{self.run}",
             tenant_registry_path=str(self.registry),
             log_level="WARNING",
@@ -190,6 +191,7 @@ class EdgeRun:
         for i, count in enumerate(split(self.n, self.procs)):
             config = {
                 "url": f"ws://127.0.0.1:{settings.edge_port}/",
+                "http_url": f"http://127.0.0.1:{settings.edge_http_port}",
                 "secret": settings.auth_secret,
                 "proc": i,
                 "run": self.run,
@@ -197,7 +199,8 @@ class EdgeRun:
                 "tracked": self.tracked[i],
                 "connect_concurrency": self.args.connect_concurrency,
             }
-            self.peers.append(Peer(f"clients{i}", "clients", config))
+            role = "sse-clients" if self.args.door == "sse" else "clients"
+            self.peers.append(Peer(f"clients{i}", role, config))
 
     def call(self, command: str, args: Sequence[tuple[Any, ...]], **options: Any) -> list[Any]:
         return call_all(self.peers, command, args, **options)
@@ -212,7 +215,8 @@ class EdgeRun:
         connect_s = time.monotonic() - started
         self.row["listen_overflows_connect"] = listen_overflows() - overflows
         connect_ms = [t for c in connected for t in c["connect_ms"]]
-        held = len(connect_ms)
+        # an SSE stream has no connect of its own: its turn's request opens it
+        held = len(connect_ms) if self.args.door == "websocket" else self.n
         time.sleep(1.0)
         before, idle = self.row["edge_rss_kb_before"], rss_kb(self.edge_pid)
         failures: Counter[str] = Counter()
@@ -257,6 +261,12 @@ class EdgeRun:
         for c in created:
             errors.update(c["errors"])
         create_s = time.monotonic() - started
+        if self.args.door == "sse":  # the streams' connections were made by their turns
+            open_rss = rss_kb(self.edge_pid)
+            self.row["edge_rss_kb_idle"] = open_rss
+            before = self.row["edge_rss_kb_before"]
+            per = (open_rss - before) / self.accepted if self.accepted else math.nan
+            self.row["rss_kb_per_conn"] = per
         self.row.update(
             turns_accepted=self.accepted,
             turn_errors=dict(errors),

@@ -363,8 +363,12 @@ class HttpDoor(TurnDoor):
 
 
 async def _take(outbox: Outbox, timeout_s: float) -> list[str]:
-    """What the outbox holds, waiting at most `timeout_s` (nothing: time for a heartbeat)."""
+    """What the outbox holds, waiting at most `timeout_s` (nothing: time for a heartbeat).
+    Frames already queued are taken at once: no timer, no task (this runs per token)."""
+    if len(outbox):
+        return await outbox.take_all()
     try:
-        return await asyncio.wait_for(outbox.take_all(), timeout=timeout_s)
+        async with asyncio.timeout(timeout_s):
+            return await outbox.take_all()
     except TimeoutError:
         return []
