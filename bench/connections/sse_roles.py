@@ -124,8 +124,9 @@ class SseClientsRole(ClientsRole):
                     continue
                 data = line[6:].strip()
                 if data == b"[DONE]":
-                    stream.done_chars = stream.chars  # the SSE end carries no text
+                    # the SSE end carries no text: what arrived is checked by its indices
                     self._finished(stream, "".join(stream.parts))
+                    stream.done_chars = stream.chars
                     return
                 chunk = _chunk_decoder.decode(data)
                 if event_id is not None:
