@@ -6,6 +6,7 @@ edge node, with no gap and no duplicate; cancel; server-side and carried histori
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -15,13 +16,16 @@ import uuid
 from collections.abc import AsyncIterator
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
 from harness.factories import new_conversation_id as conv
+from harness.media import encode_image, espeak_wav, noise_image, quiet_room, wav16
 from runtime import prometheus as prom
 from runtime.kafka_topics import ensure_topics
 from runtime.settings import Settings, settings_env
+from workers.preprocess.audio_decode import decode_audio
 from ws_edge.api_keys import key_id
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient
@@ -459,3 +463,58 @@ async def test_the_sdk_retries_a_rate_limited_request_when_the_bucket_says(servi
         await impatient.close()
     finally:
         await edge.stop()
+
+
+async def test_openai_media_parts_go_through_the_same_preprocessing(fake_pipeline):
+    """An `image_url` by `data:` URL and an `input_audio` clip, as OpenAI's SDK sends them:
+    the image reaches the engine as the WebSocket's does, the audio is transcribed."""
+    photo = base64.b64encode(encode_image(noise_image(64, 64, 1), "PNG")).decode()
+    speech = decode_audio(
+        espeak_wav("What is the capital of France?"), max_seconds=30, max_bytes=10_000_000
+    )
+    clip = base64.b64encode(wav16(np.concatenate([quiet_room(0.5), speech, quiet_room(0.8)])))
+    client = openai.AsyncOpenAI(
+        base_url=base_url(fake_pipeline.edge), api_key=fake_pipeline.token("media"), max_retries=0
+    )
+    seen = await client.chat.completions.create(
+        model="m",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{photo}"}},
+                ],
+            }
+        ],
+    )
+    assert (
+        seen.choices[0].message.content == "You said: <image_1>\nWhat is this? (turn 1, 1 images)"
+    )
+    heard = await client.chat.completions.create(
+        model="m",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_audio", "input_audio": {"data": clip.decode(), "format": "wav"}}
+                ],
+            }
+        ],
+    )
+    assert "capital of france" in (heard.choices[0].message.content or "").lower()
+    with pytest.raises(openai.BadRequestError) as hostile:
+        await client.chat.completions.create(
+            model="m",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "look"},
+                        {"type": "image_url", "image_url": {"url": "http://127.0.0.1/x.png"}},
+                    ],
+                }
+            ],
+        )
+    assert hostile.value.code == "invalid_message"  # the edge's URL rules (https only)
+    await client.close()
