@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -74,6 +75,21 @@ async def running_job(settings: Settings, name: str, **env: str) -> AsyncIterato
 
 def running_assembly(settings: Settings, **env: str):
     return running_job(settings, "assembly", **env)
+
+
+@contextlib.asynccontextmanager
+async def another_edge(
+    running: Pipeline, suffix: str = "b", **changes: object
+) -> AsyncIterator[EdgeServer]:
+    """Another edge node of the same pipeline (the same Kafka, Redis and namespace) on
+    ports of its own; `changes`: settings it differs in."""
+    settings = dataclasses.replace(running.settings, **changes) if changes else running.settings
+    edge = EdgeServer(settings, edge_id=f"{running.edge.edge_id}-{suffix}")
+    await edge.start()
+    try:
+        yield edge
+    finally:
+        await edge.stop()
 
 
 @contextlib.asynccontextmanager

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -22,6 +20,7 @@ import pytest
 
 from harness.factories import new_conversation_id as conv
 from harness.media import encode_image, espeak_wav, noise_image, quiet_room, wav16
+from harness.stack import another_edge
 from runtime import prometheus as prom
 from runtime.kafka_topics import ensure_topics
 from runtime.settings import Settings, settings_env
@@ -38,6 +37,14 @@ pytestmark = pytest.mark.integration
 LONG_QUESTION = " ".join(f"{i % 10}z" for i in range(900))
 
 
+LONG_STREAM = {
+    "model": "m",
+    "messages": [{"role": "user", "content": LONG_QUESTION}],
+    "max_tokens": 1000,
+    "stream": True,
+}
+
+
 def base_url(edge: EdgeServer) -> str:
     return f"http://127.0.0.1:{edge.http_port}/v1"
 
@@ -45,16 +52,6 @@ def base_url(edge: EdgeServer) -> str:
 def echo(text: str, turn: int = 1) -> str:
     """What the fake engine answers."""
     return f"You said: {text} (turn {turn})"
-
-
-@contextlib.asynccontextmanager
-async def second_edge(pipeline) -> AsyncIterator[EdgeServer]:
-    edge = EdgeServer(pipeline.settings, edge_id=f"{pipeline.edge.edge_id}-http-b")
-    await edge.start()
-    try:
-        yield edge
-    finally:
-        await edge.stop()
 
 
 async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
@@ -225,12 +222,7 @@ async def test_errors_come_in_openais_shape_with_the_protocols_codes(fake_pipeli
 async def test_a_stream_resumed_on_another_edge_by_last_event_id_misses_nothing(fake_pipeline):
     token = fake_pipeline.token("http-mover")
     headers = {"Authorization": f"Bearer {token}"}
-    request = {
-        "model": "m",
-        "messages": [{"role": "user", "content": LONG_QUESTION}],
-        "max_tokens": 1000,
-        "stream": True,
-    }
+    request = LONG_STREAM
     seen: list[str] = []
     ids: list[str] = []
     async with httpx.AsyncClient(timeout=30) as http:
@@ -245,7 +237,7 @@ async def test_a_stream_resumed_on_another_edge_by_last_event_id_misses_nothing(
                     if len(seen) == 5:
                         break
         # gone mid-answer; generation goes on; the client comes back on another edge node
-        async with second_edge(fake_pipeline) as other:
+        async with another_edge(fake_pipeline, "http-b") as other:
             resumed = f"http://127.0.0.1:{other.http_port}{resume_url}"
             last = {**headers, "Last-Event-ID": ids[-1]}
             async with http.stream("GET", resumed, headers=last) as response:
@@ -269,12 +261,7 @@ async def test_a_stream_resumed_on_another_edge_by_last_event_id_misses_nothing(
 async def test_a_resume_of_another_users_answer_is_refused_and_a_cancel_stops_it(fake_pipeline):
     token = fake_pipeline.token("http-canceller")
     headers = {"Authorization": f"Bearer {token}"}
-    request = {
-        "model": "m",
-        "messages": [{"role": "user", "content": LONG_QUESTION}],
-        "max_tokens": 1000,
-        "stream": True,
-    }
+    request = LONG_STREAM
     url = f"{base_url(fake_pipeline.edge)}/chat/completions"
     async with (
         httpx.AsyncClient(timeout=30) as http,
@@ -368,21 +355,18 @@ async def test_a_browsers_event_source_follows_an_answer_across_reconnects(fake_
     browser reconnects with Last-Event-ID, and the text is whole, in order, once."""
     from playwright.async_api import async_playwright
 
-    settings = dataclasses.replace(fake_pipeline.settings, sse_max_stream_s=1.0)
-    edge = EdgeServer(settings, edge_id=f"{fake_pipeline.edge.edge_id}-http-browser")
-    await edge.start()
-    try:
-        async with async_playwright() as playwright:
-            browser = await playwright.chromium.launch(
-                executable_path="/usr/bin/chromium", headless=True
-            )
-            page = await browser.new_page()
-            await page.goto(f"http://127.0.0.1:{edge.http_port}/v1/models")  # same origin
-            arg = {"question": LONG_QUESTION, "token": fake_pipeline.token("browser")}
-            seen = await page.evaluate(EVENT_SOURCE_READER, arg)
-            await browser.close()
-    finally:
-        await edge.stop()
+    async with (
+        another_edge(fake_pipeline, "http-browser", sse_max_stream_s=1.0) as edge,
+        async_playwright() as playwright,
+    ):
+        browser = await playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", headless=True
+        )
+        page = await browser.new_page()
+        await page.goto(f"http://127.0.0.1:{edge.http_port}/v1/models")  # same origin
+        arg = {"question": LONG_QUESTION, "token": fake_pipeline.token("browser")}
+        seen = await page.evaluate(EVENT_SOURCE_READER, arg)
+        await browser.close()
     assert "".join(seen["texts"]) == echo(LONG_QUESTION)
     assert seen["opens"] >= 2  # it did reconnect
     positions = [tuple(int(p) for p in i.split("-", 1)) for i in seen["ids"]]

@@ -4,13 +4,11 @@ answer whose history expired is given whole; nobody resumes another user's turn.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-
 import pytest
 
 from harness.factories import new_conversation_id as conv
 from harness.polling import eventually
+from harness.stack import another_edge
 from schemas.turn_log import LogPosition
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
@@ -20,17 +18,6 @@ pytestmark = pytest.mark.integration
 
 # the fake engine echoes the question word by word at 5 ms a word: ~5 s of answer
 LONG_QUESTION = " ".join(f"{i % 10}z" for i in range(1000))  # 3000 chars: under the limit
-
-
-@contextlib.asynccontextmanager
-async def second_edge(pipeline) -> AsyncIterator[EdgeServer]:
-    """Another edge node on its own port, on the same Kafka and Redis."""
-    edge = EdgeServer(pipeline.settings, edge_id=f"{pipeline.edge.edge_id}-b")
-    await edge.start()
-    try:
-        yield edge
-    finally:
-        await edge.stop()
 
 
 def url_of(edge: EdgeServer) -> str:
@@ -59,7 +46,7 @@ async def test_a_client_moves_to_another_edge_mid_answer_and_misses_nothing(fake
         where = first.positions[turn_id]
     # the connection is gone; generation goes on; the client comes back elsewhere
     async with (
-        second_edge(fake_pipeline) as edge_b,
+        another_edge(fake_pipeline) as edge_b,
         EdgeClient.connect(url_of(edge_b), token) as second,
     ):
         resumed = await second.resume(turn_id, after=where)
@@ -82,7 +69,7 @@ async def test_a_second_device_joins_the_answer_in_flight(fake_pipeline):
     token = fake_pipeline.token("twodevices", "acme")
     conversation = conv()
     async with (
-        second_edge(fake_pipeline) as edge_b,
+        another_edge(fake_pipeline) as edge_b,
         EdgeClient.connect(fake_pipeline.url, token) as phone,
         EdgeClient.connect(url_of(edge_b), token) as laptop,
     ):
