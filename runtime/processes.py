@@ -173,13 +173,19 @@ def start_roles(
 def start_extra_edges(
     env: dict[str, str], logs: Path, settings: Settings, count: int
 ) -> list[Child]:
-    """Edge nodes 2..count on the ports after the first one's (each its own id)."""
+    """Edge nodes 2..count on the ports after the first one's, both doors (each its own
+    id); an HTTP door on any port (0) or none (-1) stays so."""
     edges: list[Child] = []
     try:
         for i in range(1, count):
             edge_env = {
                 **env,
                 "TURNSTREAM_EDGE_PORT": str(settings.edge_port + i),
+                "TURNSTREAM_EDGE_HTTP_PORT": str(
+                    settings.edge_http_port + i
+                    if settings.edge_http_port > 0
+                    else settings.edge_http_port
+                ),
                 "TURNSTREAM_EDGE_ID": f"{settings.edge_id}-{i + 1}" if settings.edge_id else "",
             }
             child = Child(f"edge {i + 1}", "ws_edge", logs / f"edge-{i + 1}.log", edge_env)

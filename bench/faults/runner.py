@@ -111,7 +111,7 @@ async def run_suite(
         stack = FaultStack(
             services.env,
             services.home / "logs",
-            roles(options.workers, options.edges, services.ports.edge),
+            roles(options.workers, options.edges, services.ports.edge, services.ports.edge_http),
             progress,
         )
         progress(f"starting the roles: {', '.join(stack.roles)}")

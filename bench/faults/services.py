@@ -52,6 +52,7 @@ class Ports:
     kafka: int  # and kafka + 1, its controller
     redis: int
     edge: int  # and the next ones, one per edge
+    edge_http: int  # the edges' HTTP doors: the same, from here
     clickhouse_http: int
 
 
@@ -60,6 +61,7 @@ def pick_ports(edges: int) -> Ports:
         kafka=free_ports(2),
         redis=free_ports(1),
         edge=free_ports(edges),
+        edge_http=free_ports(edges),
         clickhouse_http=free_ports(1),
     )
 
@@ -77,6 +79,7 @@ class IsolatedServices:
             "TURNSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{ports.kafka}",
             "TURNSTREAM_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
             "TURNSTREAM_EDGE_PORT": str(ports.edge),
+            "TURNSTREAM_EDGE_HTTP_PORT": str(ports.edge_http),
             "TURNSTREAM_CLICKHOUSE_HTTP_PORT": str(ports.clickhouse_http),
             "TURNSTREAM_CLICKHOUSE_URL": "",
             "TURNSTREAM_NAMESPACE": "",

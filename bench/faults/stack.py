@@ -32,7 +32,7 @@ class Role:
         return BY_LOG[self.log].module
 
 
-def roles(workers: int, edges: int, edge_port: int) -> list[Role]:
+def roles(workers: int, edges: int, edge_port: int, edge_http_port: int) -> list[Role]:
     """Consumers first, edges last (as `infra.stack` starts them)."""
     found = [
         Role(f"inference-{i}", "inference", (("TURNSTREAM_WORKER_ID", f"faults-worker-{i}"),))
@@ -45,6 +45,7 @@ def roles(workers: int, edges: int, edge_port: int) -> list[Role]:
             "edge",
             (
                 ("TURNSTREAM_EDGE_PORT", str(edge_port + i - 1)),
+                ("TURNSTREAM_EDGE_HTTP_PORT", str(edge_http_port + i - 1)),
                 ("TURNSTREAM_EDGE_ID", f"faults-edge-{i}"),
             ),
         )

@@ -355,7 +355,7 @@ class HttpDoor(TurnDoor):
                 prom.EDGE_FRAMES.inc(len(frames))
                 if frames[-1] == DONE_FRAME or (self._cut_off and not len(self.outbox)):
                     break
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
             return response  # the client went; the answer goes on (resumable)
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
