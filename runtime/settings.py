@@ -79,6 +79,13 @@ class Settings:
         15.0,
         "HTTP door: a comment line on an idle event stream this often, so proxies keep it open.",
     )
+    edge_send_buffer_bytes: int = _var(
+        "TURNSTREAM_EDGE_SEND_BUFFER_BYTES",
+        0,
+        "Kernel send buffer of each client connection of the edge (both doors); bounds what "
+        "a stalled reader holds in the kernel before the outbox's bound applies "
+        "(ws_edge/listen.py). 0: the kernel's autotuning (up to tcp_wmem's maximum).",
+    )
     edge_id: str = _var("TURNSTREAM_EDGE_ID", "", "This edge node's id (empty: random).")
     auth_secret: str = _var(
         "TURNSTREAM_AUTH_SECRET",
@@ -671,6 +678,13 @@ class Settings:
         "TURNSTREAM_OUTBOX_MAX_BYTES",
         4 * 1024 * 1024,
         "Bytes of frames a client may fall behind before the edge closes it.",
+    )
+    slow_close_s: float = _var(
+        "TURNSTREAM_SLOW_CLOSE_S",
+        10.0,
+        "A client cut off as a slow consumer gets this long to take what was already sent "
+        "(the WebSocket's closing handshake, the rest of an SSE stream); then its connection "
+        "is dropped.",
     )
     tenant_registry_path: str = _var(
         "TURNSTREAM_TENANT_REGISTRY",

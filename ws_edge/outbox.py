@@ -11,13 +11,16 @@ answer's first frame is always seq 0, and a skipped seq means frames were joined
 position is the last one's, where a resume continues). Deltas
 that reach the edge in one relay batch (a fast engine) are joined as well; a reader that
 falls behind gets fewer, bigger frames, so a slow reader costs one pending frame per answer
-instead of one per token, and only a reader that stops altogether reaches the bound.
+instead of one per token, and only a reader that stops altogether reaches the bound. Both
+doors join deltas so: the WebSocket's frames and the HTTP door's SSE chunks (each door
+renders the joined delta on its own wire; an SSE chunk keeps the last delta's id).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 from ws_edge.errors import EdgeError
 from ws_edge.messages import ResponseDelta, encode_server
@@ -53,9 +56,12 @@ class Outbox:
         self._tail_delta = None
         self._ready.set()
 
-    def put_delta(self, delta: ResponseDelta) -> None:
+    def put_delta(
+        self, delta: ResponseDelta, render: Callable[[ResponseDelta], str] = encode_server
+    ) -> None:
         """Queue a text delta, merged into the queued one before it when that is the same
-        turn's (the writer is behind)."""
+        turn's (the writer is behind). `render`: the delta's frame on this door's wire (the
+        WebSocket's JSON frame by default, an SSE chunk on the HTTP door)."""
         previous = self._tail_delta
         if (
             self.closed
@@ -63,13 +69,13 @@ class Outbox:
             or previous.turn_id != delta.turn_id
             or previous.epoch != delta.epoch
         ):
-            self.put(encode_server(delta))
+            self.put(render(delta))
             self._tail_delta = delta
             return
         merged = ResponseDelta(
             delta.turn_id, previous.seq, previous.text + delta.text, delta.epoch, delta.offset
         )
-        frame = encode_server(merged)
+        frame = render(merged)
         old, tag = self._frames.pop()
         self.queued_bytes -= len(old)
         if self.queued_bytes + len(frame) > self._limit_bytes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
@@ -41,6 +42,7 @@ from ws_edge.canary import CanaryWatch
 from ws_edge.conversations import ConversationClaims
 from ws_edge.door import TurnDoor
 from ws_edge.http.app import build_app
+from ws_edge.listen import listening_socket
 from ws_edge.media import MediaLimits
 from ws_edge.messages import (
     ResponseAudio,
@@ -136,23 +138,36 @@ class EdgeServer:
         await self.publisher.start()
         self._relay_task = asyncio.create_task(self.relay.run(), name="edge-relay")
         await asyncio.wait_for(self.relay.subscribed.wait(), timeout=10)
+        capped = self.settings.edge_send_buffer_bytes > 0
+        where: dict[str, object] = (
+            {"sock": self._socket(self.settings.edge_port)}
+            if capped
+            else {"host": self.settings.edge_host, "port": self.settings.edge_port}
+        )
         self._server = await serve(
             self._handle,
-            self.settings.edge_host,
-            self.settings.edge_port,
+            **where,  # type: ignore[arg-type]
             max_size=self.settings.max_frame_bytes,
             compression=None,  # small JSON frames: deflate costs more than it saves
             ping_interval=20,
             ping_timeout=20,
+            close_timeout=self.settings.slow_close_s,
             process_request=process_request,  # the web client's page and scripts
         )
         log.info("edge %s listening on %s:%d", self.edge_id, self.settings.edge_host, self.port)
         if self.settings.edge_http_port >= 0:
             self._http = web.AppRunner(build_app(self), access_log=None)
             await self._http.setup()
-            site = web.TCPSite(self._http, self.settings.edge_host, self.settings.edge_http_port)
+            site: web.BaseSite = (
+                web.SockSite(self._http, self._socket(self.settings.edge_http_port))
+                if capped
+                else web.TCPSite(self._http, self.settings.edge_host, self.settings.edge_http_port)
+            )
             await site.start()
             log.info("edge %s HTTP door on port %d", self.edge_id, self.http_port)
+
+    def _socket(self, port: int) -> socket.socket:
+        return listening_socket(self.settings.edge_host, port, self.settings.edge_send_buffer_bytes)
 
     @property
     def http_port(self) -> int:

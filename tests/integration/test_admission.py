@@ -2,7 +2,8 @@
 bursts hit the tenant's bucket with a clear retry hint, other tenants are unaffected, forged
 tier claims change nothing, and overload degrades the free tier before refusing it while
 enterprise is still served. The pool's load is written to the real state board as workers
-write it (no worker runs here: admission happens before anything reaches Kafka)."""
+write it (`harness.board`; no worker runs here: admission happens before anything reaches
+Kafka)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,13 @@ import uuid
 import jwt
 import pytest
 
+from harness.board import write_load
 from harness.factories import new_conversation_id as conv
 from harness.kafka import find_record
 from runtime.kafka_topics import ensure_topics
-from runtime.redis import redis_client
 from runtime.settings import Settings
-from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.events import TurnSubmitted
-from schemas.ids import now_ms
-from schemas.worker_state import WorkerState, encode_state
 from ws_edge.auth import ISSUER, mint_token
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.server import EdgeServer
@@ -84,23 +82,6 @@ async def test_a_burst_is_cut_at_the_bucket_and_other_tenants_are_unaffected(ser
         async with EdgeClient.connect(url(server), other) as client:
             for _ in range(3):
                 await client.start_turn(conv(), "hi")
-
-
-async def write_load(settings: Settings, in_flight: int, capacity: int = 8) -> None:
-    names = RedisNames.for_namespace(settings.namespace)
-    redis = redis_client(settings.redis_url)
-    state = WorkerState(
-        worker_id="w-test",
-        pool="chat",
-        at_ms=now_ms() + 60_000,  # fresh for the whole test
-        partitions=[0],
-        capacity=capacity,
-        in_flight=in_flight,
-    )
-    try:
-        await redis.hset(names.worker_states_key("chat"), "w-test", encode_state(state))
-    finally:
-        await redis.aclose()
 
 
 async def test_overload_degrades_free_then_refuses_it_while_enterprise_is_served(

@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import numpy as np
 import openai
 import pytest
 
+from harness.board import write_load
 from harness.factories import new_conversation_id as conv
 from harness.media import encode_image, espeak_wav, noise_image, quiet_room, wav16
+from harness.polling import eventually
+from harness.sockets import tiny_socket
 from harness.stack import another_edge
 from runtime import prometheus as prom
 from runtime.kafka_topics import ensure_topics
@@ -411,24 +416,36 @@ async def test_a_tenants_api_key_works_at_both_doors_until_it_is_revoked(fake_pi
     await forged.close()
 
 
-async def test_the_sdk_retries_a_rate_limited_request_when_the_bucket_says(services, tmp_path):
-    """A tenant with one request a second: the SDK's second request is refused with 429 and
-    a retry hint, and the SDK, retrying by itself after that hint, gets its answer
-    (streams open at the Kafka ack: no worker needs to run)."""
+@contextlib.asynccontextmanager
+async def lone_edge(
+    tmp_path: Path, tenants: dict[str, object], **changes: object
+) -> AsyncIterator[EdgeServer]:
+    """An edge of its own namespace, with its own tenant registry (no worker runs: streams
+    open at the Kafka ack, and admission happens before anything reaches Kafka)."""
     registry = tmp_path / "tenants.json"
-    one_a_second = {"tier": "free", "limits": {"requests_per_minute": 60, "request_burst": 1}}
-    registry.write_text(json.dumps({"tenants": {"retryco": one_a_second}}))
+    registry.write_text(json.dumps({"tenants": tenants}))
     settings = Settings.from_env(
-        namespace=f"http-retry-{uuid.uuid4().hex[:6]}",
+        namespace=f"http-alone-{uuid.uuid4().hex[:6]}",
         edge_port=0,
         tenant_registry_path=str(registry),
+        **changes,
     )
     await ensure_topics(settings.kafka_bootstrap, settings.namespace)
     edge = EdgeServer(settings)
     await edge.start()
-    refused = prom.EDGE_HTTP_REQUESTS.labels("completions", "429")
     try:
-        token = mint_token(settings.auth_secret, "u", "retryco")
+        yield edge
+    finally:
+        await edge.stop()
+
+
+async def test_the_sdk_retries_a_rate_limited_request_when_the_bucket_says(services, tmp_path):
+    """A tenant with one request a second: the SDK's second request is refused with 429 and
+    a retry hint, and the SDK, retrying by itself after that hint, gets its answer."""
+    one_a_second = {"tier": "free", "limits": {"requests_per_minute": 60, "request_burst": 1}}
+    refused = prom.EDGE_HTTP_REQUESTS.labels("completions", "429")
+    async with lone_edge(tmp_path, {"retryco": one_a_second}) as edge:
+        token = mint_token(edge.settings.auth_secret, "u", "retryco")
         patient = openai.AsyncOpenAI(base_url=base_url(edge), api_key=token, max_retries=3)
         impatient = openai.AsyncOpenAI(base_url=base_url(edge), api_key=token, max_retries=0)
         ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -445,8 +462,104 @@ async def test_the_sdk_retries_a_rate_limited_request_when_the_bucket_says(servi
         await second.close()
         await patient.close()
         await impatient.close()
-    finally:
-        await edge.stop()
+
+
+async def test_the_sdk_retries_an_overloaded_door_and_is_served_once_the_load_falls(
+    services, tmp_path
+):
+    """The pool is past the free tier's reject threshold: the door answers 503 `overloaded`
+    with a retry hint; the SDK waits it out and retries by itself, and once the load falls
+    its request is served (the same request, no code of the application's)."""
+    unavailable = prom.EDGE_HTTP_REQUESTS.labels("completions", "503")
+    async with lone_edge(tmp_path, {}, overload_retry_after_ms=700) as edge:
+        await write_load(edge.settings, in_flight=7)  # 0.88: past free's reject_at 0.8
+        token = mint_token(edge.settings.auth_secret, "u", "busyco")
+        impatient = openai.AsyncOpenAI(base_url=base_url(edge), api_key=token, max_retries=0)
+        ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        with pytest.raises(openai.InternalServerError) as overloaded:
+            await impatient.chat.completions.create(**ask)
+        assert overloaded.value.status_code == 503 and overloaded.value.code == "overloaded"
+        assert overloaded.value.response.headers["retry-after-ms"] == "700"
+        assert overloaded.value.response.headers["x-should-retry"] == "true"
+
+        before = unavailable._value.get()
+        patient = openai.AsyncOpenAI(base_url=base_url(edge), api_key=token, max_retries=5)
+        request = asyncio.create_task(patient.chat.completions.create(**ask))
+        await eventually(lambda: unavailable._value.get() >= before + 1, timeout_s=30)
+        await write_load(edge.settings, in_flight=0)  # the pool drains
+        edge.admission.load.forget()  # read the board again now
+        served = await asyncio.wait_for(request, 30)
+        assert unavailable._value.get() >= before + 1  # it was refused, then retried
+        await served.close()
+        await patient.close()
+        await impatient.close()
+
+
+async def test_a_reader_that_stops_is_cut_off_and_dropped_while_the_answer_goes_on(
+    fake_pipeline,
+):
+    """A client that posts a streamed request and stops reading: the edge joins the chunks
+    that wait for it, cuts it off at the outbox's bound and drops its connection after
+    TURNSTREAM_SLOW_CLOSE_S (the request's handler ends: nothing stays stuck behind it),
+    another client of the same edge is served meanwhile, and the answer, which went on,
+    is whole when resumed (on another edge)."""
+    token = fake_pipeline.token("http-sloth")
+    done_before = prom.EDGE_HTTP_REQUESTS.labels("completions", "200")._value.get()
+    async with another_edge(
+        fake_pipeline, "slow", outbox_max_bytes=600, slow_close_s=1.0, edge_send_buffer_bytes=8192
+    ) as edge:
+        body = json.dumps(LONG_STREAM).encode()
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: edge\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        loop = asyncio.get_running_loop()
+        sloth = tiny_socket(edge.http_port)
+        await loop.sock_sendall(sloth, head + body)
+        seen = b""
+        async with asyncio.timeout(30):  # the headers and the first chunk, then no more reads
+            while b'"resume_url"' not in seen:
+                seen += await loop.sock_recv(sloth, 512)
+        resume_url = next(
+            line.split(": ", 1)[1]
+            for line in seen.decode(errors="replace").split("\r\n")
+            if line.lower().startswith("x-turnstream-resume-url:")
+        )
+        await eventually(lambda: edge.slow_clients_closed == 1, timeout_s=60)
+
+        reader = openai.AsyncOpenAI(base_url=base_url(edge), api_key=token, max_retries=0)
+        answer = await reader.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "short and sweet"}]
+        )
+        assert answer.choices[0].message.content == echo("short and sweet")
+        await reader.close()
+        # both handlers ended: the reader's, and the sloth's, dropped without reading it
+        await eventually(
+            lambda: (
+                prom.EDGE_HTTP_REQUESTS.labels("completions", "200")._value.get() >= done_before + 2
+            ),
+            timeout_s=30,
+        )
+        rest = b""
+        with contextlib.suppress(ConnectionResetError):
+            async with asyncio.timeout(30):
+                while chunk := await loop.sock_recv(sloth, 65536):
+                    rest += chunk
+        sloth.close()
+        assert b"[DONE]" not in seen + rest  # cut, not finished
+
+        headers = {"Authorization": f"Bearer {token}"}
+        text: list[str] = []
+        async with httpx.AsyncClient(timeout=30) as http:
+            # on an edge whose outbox holds a whole answer's history at once
+            url = f"http://127.0.0.1:{fake_pipeline.edge.http_port}{resume_url}"
+            async with http.stream("GET", url, headers=headers) as response:
+                async for _, data in sse_events(response):
+                    if data == "[DONE]":
+                        break
+                    text.append(content_of(data))
+    assert "".join(text) == echo(LONG_QUESTION)
 
 
 async def test_openai_media_parts_go_through_the_same_preprocessing(fake_pipeline):

@@ -8,13 +8,13 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import socket
 
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from harness.factories import new_conversation_id as conv
+from harness.sockets import tiny_socket
 from ws_edge.client import EdgeClient
 from ws_edge.server import EdgeServer
 
@@ -22,16 +22,6 @@ pytestmark = pytest.mark.integration
 
 # the fake engine echoes it word by word: one long word makes few, big frames (fast to pile up)
 QUESTION = "y" * 3900
-
-
-def tiny_socket(port: int) -> socket.socket:
-    """A connected socket with a small receive window, so unread frames back up at the edge
-    after a few kilobytes instead of filling megabytes of kernel buffers first."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    sock.setblocking(False)
-    return sock
 
 
 async def test_a_client_that_never_reads_is_closed_and_others_are_served(fake_pipeline, tmp_path):

@@ -13,8 +13,11 @@
 
 Authentication: `Authorization: Bearer <the same signed token as the WebSocket's>`. Errors
 are OpenAI's JSON error shape with the status of the protocol's code (`statuses`).
-Slow readers: the stream's frames queue in the same bounded `Outbox` as a WebSocket's; a
-reader past its bound is cut off (the turn goes on, and the stream can be resumed).
+Slow readers: the stream's frames queue in the same bounded `Outbox` as a WebSocket's, and
+content chunks that wait there are joined (fewer, bigger chunks for a reader behind); a
+reader past its bound is cut off: its stream ends after what was written, and a connection
+that takes nothing is dropped after TURNSTREAM_SLOW_CLOSE_S (the turn goes on, and the stream
+can be resumed).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from ws_edge.http.shapes import CancelResult, Model, ModelList
 from ws_edge.http.statuses import error_kind, http_status, retry_headers
 from ws_edge.messages import (
     ErrorEvent,
+    ResponseDelta,
     ResponseDone,
     ResponseResumed,
     ServerEvent,
@@ -227,6 +231,8 @@ class HttpDoor(TurnDoor):
         self._opened: asyncio.Future[ServerEvent] = asyncio.get_running_loop().create_future()
         self._finished = asyncio.Event()
         self._cut_off = False
+        self._stream_ended = False  # past it the connection may serve another request
+        self._drop_timer: asyncio.TimerHandle | None = None
 
     # ---- the three requests ------------------------------------------------------------------
     async def answer(self, token: str, chat: ChatTurn) -> web.StreamResponse:
@@ -265,25 +271,42 @@ class HttpDoor(TurnDoor):
                 return
         if self.chat is None:
             return
-        frames = self.chat.frames(event)
-        if isinstance(event, ResponseDone) or (
-            isinstance(event, ErrorEvent) and DONE_FRAME not in frames
-        ):
-            self._finished.set()
-            if isinstance(event, ErrorEvent):
-                frames.append(DONE_FRAME)
-        if not self.stream:
-            return
         try:
-            for frame in frames:
-                self.outbox.put(frame)
+            if isinstance(event, ResponseDelta) and self.stream:
+                self.chat.record(event)  # joined with the one queued before it, if any
+                self.outbox.put_delta(event, render=self.chat.delta_frame)
+                return
+            frames = self.chat.frames(event)
+            if isinstance(event, ResponseDone) or (
+                isinstance(event, ErrorEvent) and DONE_FRAME not in frames
+            ):
+                self._finished.set()
+                if isinstance(event, ErrorEvent):
+                    frames.append(DONE_FRAME)
+            if self.stream:
+                for frame in frames:
+                    self.outbox.put(frame)
         except OutboxOverflow as err:
-            log.warning("cutting off a slow event stream: %s", err)
-            self.edge.slow_clients_closed += 1
-            prom.EDGE_SLOW_CLOSED.inc()
-            self.outbox.closed = True
-            self._cut_off = True
-            self._finished.set()
+            self._cut(err)
+
+    def _cut(self, err: OutboxOverflow) -> None:
+        """A reader that fell past the outbox's bound: no more frames for it; the stream ends
+        after what is queued (no `[DONE]`: the answer goes on, and can be resumed). A writer
+        stuck behind a reader that stopped altogether cannot end it, so after
+        TURNSTREAM_SLOW_CLOSE_S the connection is dropped."""
+        log.warning("cutting off a slow event stream: %s", err)
+        self.edge.slow_clients_closed += 1
+        prom.EDGE_SLOW_CLOSED.inc()
+        self.outbox.closed = True
+        self._cut_off = True
+        self._finished.set()
+        loop = asyncio.get_running_loop()
+        self._drop_timer = loop.call_later(self.edge.settings.slow_close_s, self._drop)
+
+    def _drop(self) -> None:
+        transport = self.request.transport
+        if not self._stream_ended and transport is not None:
+            transport.abort()  # the stuck write raises; the request's handler ends
 
     async def _close(self, code: int, reason: str) -> None:
         self._finished.set()
@@ -355,10 +378,14 @@ class HttpDoor(TurnDoor):
                 prom.EDGE_FRAMES.inc(len(frames))
                 if frames[-1] == DONE_FRAME or (self._cut_off and not len(self.outbox)):
                     break
+            with contextlib.suppress(ConnectionResetError):
+                await response.write_eof()
         except ConnectionResetError:
-            return response  # the client went; the answer goes on (resumable)
-        with contextlib.suppress(ConnectionResetError):
-            await response.write_eof()
+            pass  # the client went (or was dropped); the answer goes on (resumable)
+        finally:
+            self._stream_ended = True
+            if self._drop_timer is not None:
+                self._drop_timer.cancel()
         return response
 
 

@@ -126,9 +126,8 @@ class ChatStream:
                 self.model = event.model or self.model
                 return []
             case ResponseDelta():
-                self.text.append(event.text)
-                chunk = self._chunk(ChunkDelta(content=event.text))
-                return [_frame(chunk, event_id(event.epoch, event.offset))]
+                self.record(event)
+                return [self.delta_frame(event)]
             case ResponseRestarted():
                 self.text.clear()
                 chunk = self._chunk(ChunkDelta(), turnstream={"restarted": event.reason})
@@ -153,6 +152,16 @@ class ChatStream:
                 self.error = event
                 return [_frame(error_object(event.code, event.message, kind="server_error"))]
         return []
+
+    def record(self, delta: ResponseDelta) -> None:
+        """Keep a delta's text for the whole answer (a stream's frame is `delta_frame`'s)."""
+        self.text.append(delta.text)
+
+    def delta_frame(self, delta: ResponseDelta) -> str:
+        """A content chunk at the delta's position; pure, so the outbox may render deltas it
+        joined for a reader that fell behind (one chunk, the last one's id)."""
+        chunk = self._chunk(ChunkDelta(content=delta.text))
+        return _frame(chunk, event_id(delta.epoch, delta.offset))
 
     def _finish(self, done: ResponseDone) -> list[str]:
         self.done = done

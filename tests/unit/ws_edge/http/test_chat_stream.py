@@ -18,6 +18,7 @@ from ws_edge.messages import (
     ResponseStarted,
     TurnAccepted,
 )
+from ws_edge.outbox import Outbox
 
 USAGE = Usage(prompt_tokens=11, completion_tokens=3, cached_prompt_tokens=4)
 TIMINGS = Timings(queue_ms=1.0, ttft_ms=2.0, e2e_ms=3.0)
@@ -127,3 +128,21 @@ def test_completion_ids_name_their_turn():
     assert turn_of("chatcmpl-abc") == "abc"
     assert turn_of("chatcmpl-") is None and turn_of("other-abc") is None
     assert event_id(None, 3) is None and event_id(1, -1) == "1--1"
+
+
+async def test_chunks_that_wait_for_a_reader_behind_are_joined_at_the_last_position():
+    """A reader behind gets one chunk for the deltas queued meanwhile, with the last one's id
+    (a resume from it misses nothing); the whole answer still has every piece once."""
+    chat, box = stream(), Outbox(limit=100)
+    for seq, text in enumerate(["Hel", "lo", " there"]):
+        delta = ResponseDelta("t1", seq, text, 0, seq + 1)
+        chat.record(delta)
+        box.put_delta(delta, render=chat.delta_frame)
+    [frame] = await box.take_all()
+    event, chunk = parsed(frame)
+    assert event == "0-3" and chunk["choices"][0]["delta"]["content"] == "Hello there"
+    assert box.coalesced == 2
+    box.put_delta(ResponseDelta("t1", 3, "!", 0, 4), render=chat.delta_frame)
+    assert [parsed(f)[0] for f in await box.take_all()] == ["0-4"]  # taken: not joined
+    chat.record(ResponseDelta("t1", 3, "!", 0, 4))
+    assert "".join(chat.text) == "Hello there!"
