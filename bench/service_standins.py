@@ -35,7 +35,13 @@ class NullPipeline:
     def get(self, key: str) -> None:
         self._results.append(None)
 
-    def exists(self, key: str) -> None:
+    def exists(self, *keys: str) -> None:
+        self._results.append(0)
+
+    def set(self, key: str, value: bytes, **options: Any) -> None:
+        self._results.append(True)
+
+    def delete(self, *keys: str) -> None:
         self._results.append(0)
 
     async def execute(self) -> list[Any]:
@@ -55,6 +61,9 @@ class NullRedis:
 
     async def set(self, key: str, value: bytes, **options: Any) -> bool:
         return True
+
+    async def delete(self, *keys: str) -> int:
+        return 0
 
     async def publish(self, channel: str, message: bytes) -> int:
         return 0

@@ -38,6 +38,11 @@ class RedisNames:
         """Set when a turn reached its terminal state: a redelivery is not answered twice."""
         return f"{self.prefix}:turn:{turn_id}:done"
 
+    def decided_key(self, turn_id: str) -> str:
+        """A turn's outcome, claimed before it is published: whichever step a crash cuts,
+        a redelivery publishes these bytes, never an outcome of its own."""
+        return f"{self.prefix}:turn:{turn_id}:decided"
+
     def turn_log_key(self, turn_id: str) -> str:
         """A turn's resumable history: a capped Redis stream of its response frames, whose
         entry ids are `<epoch>-<offset>` (the positions clients resume from)."""

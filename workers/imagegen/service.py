@@ -38,8 +38,7 @@ from moderation.screen import STOP_LABELS, OutputCheck, SafetyConfig
 from moderation.verdict import reason_for
 from runtime.blobs import BlobStore, sha256_hex
 from schemas.channels import RedisNames
-from schemas.codec import decode, encode
-from schemas.errors import DecodeError
+from schemas.codec import encode
 from schemas.events import (
     AnyEvent,
     ErrorInfo,
@@ -153,9 +152,11 @@ class ImageGenService:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.get(self.names.done_key(turn.turn_id))
+            pipe.get(self.names.decided_key(turn.turn_id))
             pipe.exists(self.names.cancelled_key(turn.turn_id))
-            recorded, cancelled = await pipe.execute()
-        if recorded is not None and await self._replay(turn, recorded):
+            recorded, decided, cancelled = await pipe.execute()
+        if await self.outcomes.replay(recorded, decided, turn.edge_id) is not None:
+            log.info("turn %s already answered; replayed its outcome", turn.turn_id)
             return
         query = assembled.messages[-1].content if assembled.messages else turn.text
         job = plan(query, turn.image, self._limits(), turn.turn_id)
@@ -413,21 +414,6 @@ class ImageGenService:
             sent_at_ms=self.clock_ms(),
         )
         await self.producer.send(self.config.speech_topic, encode(piece), key=turn.turn_id.encode())
-
-    async def _replay(self, turn: TurnSubmitted, recorded: bytes) -> bool:
-        """A redelivered turn is not drawn again: its recorded outcome goes to the edge that
-        asked (a recorded retryable error is not final: the retry generates)."""
-        try:
-            completed = decode(recorded)
-        except DecodeError:
-            return False
-        if not isinstance(completed, TurnCompleted) or (
-            completed.error is not None and completed.error.retryable
-        ):
-            return False
-        log.info("turn %s already answered; replaying its outcome", turn.turn_id)
-        await self.relay.publish_confirmed(self.names.edge_channel(turn.edge_id), completed)
-        return True
 
     # ---- the control channel -------------------------------------------------------------
     async def listen_for_cancels(self) -> None:

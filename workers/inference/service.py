@@ -3,8 +3,9 @@
 Per turn (`turns.assembled`: the prompt is already built): skip it if already answered
 (redelivery) or cancelled; wait for earlier turns of the same conversation (they share a
 partition, so they are here); stream the engine's deltas to the edge; then record the
-outcome — publish it to Kafka `turns.completed`, mark it done, relay it to the edge. Every turn
-ends in exactly one `turn.completed` (stop, length, cancelled or error).
+outcome — decide it (claimed in Redis), publish it to Kafka `turns.completed`, mark it
+done, relay it to the edge (`workers/runtime/outcome.py`). Every turn ends in exactly one
+`turn.completed` (stop, length, cancelled or error).
 
 Cancellation: the control channel names a turn; if this worker runs it, its generation
 task is cancelled, which aborts the request inside the engine.
@@ -59,7 +60,7 @@ from workers.inference.replay import replay
 from workers.inference.speech.feed import SpeechFeed
 from workers.inference.speech.segments import SegmenterConfig
 from workers.runtime.keyed_locks import KeyedLocks
-from workers.runtime.outcome import OutcomeRecorder
+from workers.runtime.outcome import OutcomeRecorder, final_outcome
 from workers.runtime.relay import RelayPublisher
 
 log = logging.getLogger("turnstream.inference")
@@ -193,9 +194,10 @@ class InferenceService:
             # One round trip for everything the turn needs to know before it starts.
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.get(self.names.done_key(turn.turn_id))
+                pipe.get(self.names.decided_key(turn.turn_id))
                 pipe.exists(self.names.cancelled_key(turn.turn_id))
-                recorded, cancelled = await pipe.execute()
-            if recorded is not None and await self._replay(turn, recorded):
+                recorded, decided, cancelled = await pipe.execute()
+            if (recorded or decided) is not None and await self._replay(turn, recorded, decided):
                 return  # inside the lock: a duplicate waits for the original, then replays
             progress = TurnProgress(turn)
             channel = self.names.edge_channel(turn.edge_id)
@@ -378,25 +380,19 @@ class InferenceService:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _replay(self, turn: TurnSubmitted, recorded: bytes) -> bool:
-        """A redelivered or retried turn is not generated again: its recorded outcome is
-        relayed to the edge that asked (which may be another one than the first time).
-        A recorded retryable error is not final: the retry generates again."""
-        try:
-            completed = decode(recorded)
-        except DecodeError:
-            log.warning("unreadable outcome of turn %s; generating again", turn.turn_id)
-            return False
-        if not isinstance(completed, TurnCompleted) or (
-            completed.error is not None and completed.error.retryable
-        ):
+    async def _replay(
+        self, turn: TurnSubmitted, recorded: bytes | None, decided: bytes | None
+    ) -> bool:
+        """A redelivered or retried turn is not generated again: its outcome (recorded, or
+        decided by a try that a crash cut short) is relayed to the edge that asked. A
+        recorded retryable error is not final: the retry generates again."""
+        if final_outcome(recorded if recorded is not None else decided) is None:
             return False
         log.info("turn %s already answered; replaying its outcome", turn.turn_id)
         speech = self._speech_feed(turn, TurnProgress(turn))
         if speech is not None:  # its speech is not replayed: the edge must not wait for it
             await speech.finish(FinishReason.CANCELLED)
-        await self.relay.publish_confirmed(self.names.edge_channel(turn.edge_id), completed)
-        return True
+        return await self.outcomes.replay(recorded, decided, turn.edge_id) is not None
 
     async def _await_generation(
         self, turn_id: str, generation: asyncio.Task[None]

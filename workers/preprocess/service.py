@@ -150,7 +150,7 @@ class PreprocessService:
     async def _settled(self, turn: TurnSubmitted) -> bool:
         """Already answered or cancelled: nothing to compute, inference closes it."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.exists(self.names.done_key(turn.turn_id))
+            pipe.exists(self.names.done_key(turn.turn_id), self.names.decided_key(turn.turn_id))
             pipe.exists(self.names.cancelled_key(turn.turn_id))
             done, cancelled = await pipe.execute()
         return bool(done or cancelled)

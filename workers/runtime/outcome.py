@@ -1,14 +1,19 @@
 """Recording how a turn ended, the same way for every stage that can end one.
 
-The outcome is durable (Kafka `turns.completed`, then the done marker in Redis) before the
-client hears of it, and a turn ends once: when it already has a final outcome (a redelivery
-raced), that outcome is relayed instead; only a retryable error may be replaced.
-`error_outcome` builds the ending of a turn that failed before reaching the engine.
+A turn is decided once, then recorded, then told: its outcome is claimed in Redis (the
+decided key, SET NX), the claimed bytes are published to Kafka `turns.completed`, the done
+marker is set, and only then does the client hear of it. A redelivery or a racing retry
+finds the claim and publishes the claimed bytes, never an outcome of its own, so a crash
+anywhere in between leaves one answer: at worst the same record twice (a crash after the
+publish, before the marker), which the history and the trace read as one (the sink's
+`turns` table then holds the identical row twice). Only
+a retryable error may be replaced. `error_outcome` builds the ending of a turn that failed
+before reaching the engine.
 """
 
 from __future__ import annotations
 
-import contextlib
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
@@ -65,8 +70,20 @@ def error_outcome(
     )
 
 
-def _retryable(completed: TurnCompleted) -> bool:
-    return completed.error is not None and completed.error.retryable
+def final_outcome(recorded: bytes | None) -> TurnCompleted | None:
+    """The outcome these stored bytes hold, if it is final (a retryable error is not: a
+    retry's outcome replaces it; unreadable bytes are no outcome)."""
+    if recorded is None:
+        return None
+    try:
+        event = decode(recorded)
+    except DecodeError:
+        return None
+    if not isinstance(event, TurnCompleted):
+        return None
+    if event.error is not None and event.error.retryable:
+        return None
+    return event
 
 
 class OutcomeRecorder:
@@ -85,28 +102,63 @@ class OutcomeRecorder:
         self._names = names
         self._topic = completed_topic
 
-    async def record(self, completed: TurnCompleted, edge_id: str) -> None:
+    async def record(self, completed: TurnCompleted, edge_id: str) -> TurnCompleted:
+        """Decide, publish, mark, tell; returns what was told (an earlier final outcome,
+        if the turn had one)."""
         payload = encode(completed)
-        key = completed.conversation_id.encode()
+        decided_key = self._names.decided_key(completed.turn_id)
         done_key = self._names.done_key(completed.turn_id)
+
+        async def claim() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.set(decided_key, payload, ex=DONE_TTL_S, nx=True)
+                pipe.get(decided_key)
+                pipe.get(done_key)
+                return await pipe.execute()
+
+        claimed, decided_raw, done_raw = await retry_transient("deciding the outcome", claim)
+        done = final_outcome(done_raw)
+        if done is not None:  # recorded before (a racing retry): nothing to publish
+            if claimed:  # the claim we just made is moot: the done marker answers
+                await retry_transient("withdrawing", lambda: self._redis.delete(decided_key))
+            await self._relay.publish_confirmed(self._names.edge_channel(edge_id), done)
+            return done
+        decided = final_outcome(decided_raw)
+        if not claimed and decided is not None:  # a redelivery: the first try's bytes
+            completed, payload = decided, decided_raw
+        elif not claimed:  # a retryable error is not final: this outcome replaces it
+            await retry_transient(
+                "deciding the outcome",
+                lambda: self._redis.set(decided_key, payload, ex=DONE_TTL_S),
+            )
+        key = completed.conversation_id.encode()
         await retry_transient(
             "publishing turns.completed",
             lambda: self._producer.send_and_wait(self._topic, payload, key),
         )
-        stored = await retry_transient(
-            "recording the outcome",
-            lambda: self._redis.set(done_key, payload, ex=DONE_TTL_S, nx=True),
-        )
-        if not stored:  # answered before (a redelivery): a final outcome stands
-            earlier = await retry_transient("reading it", lambda: self._redis.get(done_key))
-            event = None
-            with contextlib.suppress(DecodeError):
-                event = decode(earlier) if earlier is not None else None
-            if isinstance(event, TurnCompleted) and not _retryable(event):
-                completed = event
-            else:  # a retryable error is not final: this attempt's outcome replaces it
-                await retry_transient(
-                    "recording the outcome",
-                    lambda: self._redis.set(done_key, payload, ex=DONE_TTL_S),
-                )
+
+        async def mark() -> None:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.set(done_key, payload, ex=DONE_TTL_S)
+                pipe.delete(decided_key)  # the done marker answers from now on
+                await pipe.execute()
+
+        await retry_transient("recording the outcome", mark)
         await self._relay.publish_confirmed(self._names.edge_channel(edge_id), completed)
+        return completed
+
+    async def replay(
+        self, recorded: bytes | None, decided: bytes | None, edge_id: str
+    ) -> TurnCompleted | None:
+        """A turn that already ended (redelivered, retried): its outcome goes to the edge
+        that asked, which may be another one than the first time, and a recording that a
+        crash cut short is finished with the decided bytes. `recorded`, `decided`: the
+        turn's done marker and decided key. None: nothing final; the caller runs the turn."""
+        done = final_outcome(recorded)
+        if done is not None:
+            await self._relay.publish_confirmed(self._names.edge_channel(edge_id), done)
+            return done
+        cut_short = final_outcome(decided)
+        if cut_short is None:
+            return None
+        return await self.record(cut_short, edge_id)
