@@ -86,6 +86,9 @@ class Completion:
     finish_reason: str
     error_code: str = ""
     retryable: bool = False
+    # who decided it and when (worker id, completed_at_ms): two recordings of a turn are an
+    # outcome decided twice, even with the same answer; the same one twice is a re-send
+    recording: tuple[str, float] = ("", 0.0)
 
     @property
     def final(self) -> bool:
@@ -94,8 +97,8 @@ class Completion:
 
     @property
     def answer(self) -> tuple[str, str, str]:
-        """What a reader of the record learns: two records with the same answer are one
-        answer recorded twice; with different ones, the turn was answered twice."""
+        """What a reader of the record learns: two records with different answers are a
+        turn answered twice; with the same one, see `recording`."""
         return (self.text, self.finish_reason, self.error_code)
 
 
@@ -114,6 +117,7 @@ class Verdict:
     error_codes: tuple[str, ...]  # of the terminal error, or of the refusals
     records: int  # final outcomes in turns.completed
     answers: int  # distinct answers among them
+    recordings: int  # distinct recordings among them (decided by whom, when)
     recorded_as_seen: bool | None  # the client's response.done is the recorded answer
     traces: int  # rows in ClickHouse traces
     text_ok: bool | None  # None: nothing to compare (no deltas, or an expired resume)
@@ -197,6 +201,7 @@ def judge(history: TurnHistory, completions: Sequence[Completion], traces: int) 
         error_codes=codes,
         records=len(final),
         answers=len({c.answer for c in final}),
+        recordings=len({c.recording for c in final}),
         recorded_as_seen=recorded_as_seen,
         traces=traces,
         text_ok=text_ok,
@@ -213,11 +218,13 @@ def judge(history: TurnHistory, completions: Sequence[Completion], traces: int) 
 
 @dataclass(frozen=True, slots=True)
 class Books:
-    """One fault's totals. `balanced`: nothing lost, nothing answered twice, every streamed
-    text whole, every accepted turn's answer recorded in Kafka as the client saw it, and
-    traced once in ClickHouse. The same answer recorded twice (`recorded_twice`) does not
-    unbalance them: every consumer of `turns.completed` dedupes by turn id (a known window,
-    reported apart)."""
+    """One fault's totals. `balanced`: nothing lost, nothing answered twice, no outcome
+    decided twice (two recordings of a turn, even with the same answer: a redelivery that
+    generated again), every streamed text whole, every accepted turn's answer recorded in
+    Kafka as the client saw it, and traced once in ClickHouse. The same record published
+    twice (`resent`: a crash between the publish and the done marker) does not unbalance
+    them: it is one decision, and the history and the trace read it as one (reported
+    apart)."""
 
     turns: int  # turns the clients tried to create
     accepted: int
@@ -226,7 +233,8 @@ class Books:
     refused: int
     lost: int
     answered_twice: int
-    recorded_twice: int  # the same answer in turns.completed more than once
+    recorded_twice: int  # one answer, decided more than once (two recordings)
+    resent: int  # the same recording in turns.completed more than once
     not_as_recorded: int  # the client's response.done differs from the recorded answer
     text_mismatches: int
     duplicate_frames: int
@@ -249,6 +257,7 @@ class Books:
         return (
             self.lost == 0
             and self.answered_twice == 0
+            and self.recorded_twice == 0
             and self.not_as_recorded == 0
             and self.text_mismatches == 0
             and self.duplicate_frames == 0
@@ -269,7 +278,8 @@ def balance(verdicts: Iterable[Verdict]) -> Books:
         refused=len(refused),
         lost=sum(1 for v in accepted if v.outcome is Outcome.LOST),
         answered_twice=sum(1 for v in accepted if v.answered_twice),
-        recorded_twice=sum(1 for v in accepted if v.records > 1 and not v.answered_twice),
+        recorded_twice=sum(1 for v in accepted if v.recordings > 1 and not v.answered_twice),
+        resent=sum(1 for v in accepted if v.records > v.recordings),
         not_as_recorded=sum(1 for v in accepted if v.recorded_as_seen is False),
         text_mismatches=sum(1 for v in accepted if v.text_ok is False),
         duplicate_frames=sum(v.duplicate_frames for v in accepted),

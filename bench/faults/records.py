@@ -58,6 +58,7 @@ def _completion(event: TurnCompleted) -> Completion:
         finish_reason=str(event.finish_reason),
         error_code=error.code if error is not None else "",
         retryable=error.retryable if error is not None else False,
+        recording=(event.worker_id, event.completed_at_ms),
     )
 
 

@@ -14,7 +14,7 @@ from bench.plotting import RESULTS, save_figure
 
 HEADER = (
     "| fault | accepted | completed | clear errors | refused (clear) | lost | answered twice "
-    "| recorded twice | texts whole | traces = accepted | recovered in | books |\n"
+    "| decided twice | texts whole | traces = accepted | recovered in | books |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -54,6 +54,8 @@ def details(results: list[ScenarioResult]) -> str:
             parts.append(f"{r.streaming_at_fault} answers streaming when it struck")
         if b.phantoms:
             parts.append(f"{b.phantoms} refused turns answered anyway")
+        if b.resent:
+            parts.append(f"{b.resent} outcomes published twice (the same record)")
         if b.duplicate_frames:
             parts.append(f"{b.duplicate_frames} frames delivered twice")
         if b.not_as_recorded:

@@ -211,7 +211,7 @@ def summary_line(result: ScenarioResult) -> str:
     return (
         f"{state}: {b.accepted} accepted, {b.completed} completed, {b.clear_errors} clear "
         f"errors, {b.refused} refused, {b.lost} lost, {b.answered_twice} answered twice "
-        f"({b.recorded_twice} recorded twice), "
+        f"({b.recorded_twice} decided twice, {b.resent} re-sent), "
         f"{b.text_mismatches} texts not whole, traces {b.traces}/{b.accepted}, "
         f"recovered in {result.recovery_s:.1f} s"
     )

@@ -118,12 +118,22 @@ def test_two_ends_at_the_client_are_a_double_answer():
     assert balance([judge(history, [ANSWER], 1)]).answered_twice == 1
 
 
-def test_two_different_records_are_a_double_answer_the_same_one_twice_is_not():
-    other = Completion(text="another answer", finish_reason="stop")
+def test_two_different_records_are_a_double_answer():
+    other = Completion(text="another answer", finish_reason="stop", recording=("w2", 2.0))
     twice = balance([judge(turn(*CLEAN), [ANSWER, other], traces=1)])
     assert twice.answered_twice == 1 and not twice.balanced
-    repeated = balance([judge(turn(*CLEAN), [ANSWER, ANSWER], traces=1)])
-    assert repeated.answered_twice == 0 and repeated.recorded_twice == 1 and repeated.balanced
+
+
+def test_the_same_answer_decided_twice_unbalances_the_books_a_resent_record_does_not():
+    """A redelivery that generated again (another worker, another time) decided the turn
+    twice even when the text came out the same; the first try's record published again
+    is one decision."""
+    again = Completion(text="ab", finish_reason="stop", recording=("w2", 2.0))
+    decided_twice = balance([judge(turn(*CLEAN), [ANSWER, again], traces=1)])
+    assert decided_twice.answered_twice == 0 and decided_twice.recorded_twice == 1
+    assert not decided_twice.balanced
+    resent = balance([judge(turn(*CLEAN), [ANSWER, ANSWER], traces=1)])
+    assert resent.recorded_twice == 0 and resent.resent == 1 and resent.balanced
 
 
 def test_a_superseded_retryable_error_is_not_an_answer():
