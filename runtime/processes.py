@@ -1,11 +1,14 @@
 """The roles as child processes: start each (`python -m <module>`), wait until it says it is
 ready, stop it (SIGTERM, then SIGKILL), and the list of roles a whole stack runs, in start
-order. The local stack (`infra.stack`), replay's candidate stack, the benchmarks and the
-fault suite all start processes through this one place.
+order. A child stops by itself when its parent dies without stopping it
+(`runtime.lifeline`). The local stack (`infra.stack`), replay's candidate stack, the
+benchmarks and the fault suite all start processes through this one place.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.errors import PlumbingError
+from runtime.lifeline import LIFELINE_ENV, lifeline
 from runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,15 +56,21 @@ class Child:
         self.ready_line: str | None = None
         self._log = log_path.open("a")
         niced = ["nice", "-n", str(nice)] if nice and shutil.which("nice") else []
-        self.process = subprocess.Popen(
-            [*niced, sys.executable, "-m", module],
-            cwd=cwd,  # another tree's roles (a benchmark's baseline) win over the installed
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # Ctrl-C reaches us, and we stop children in order
-        )
+        # the child's read end; we hold the write end until it has stopped (or we die)
+        child_end, self._lifeline = lifeline()
+        try:
+            self.process = subprocess.Popen(
+                [*niced, sys.executable, "-m", module],
+                cwd=cwd,  # another tree's roles (a benchmark's baseline) win over the installed
+                env={**env, LIFELINE_ENV: str(child_end)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,  # Ctrl-C reaches us, and we stop children in order
+                pass_fds=(child_end,),
+            )
+        finally:
+            os.close(child_end)
         self._ready = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -108,6 +118,8 @@ class Child:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+        with contextlib.suppress(OSError):
+            os.close(self._lifeline)
 
 
 @dataclass(frozen=True, slots=True)

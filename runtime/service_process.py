@@ -1,7 +1,8 @@
 """How every service process starts: settings read once, logging configured, the metrics
 endpoint up (when TURNSTREAM_METRICS_PORT is set), tracing configured (when
 TURNSTREAM_OTEL_EXPORTER names an exporter), and an event set by SIGINT/SIGTERM so the
-service can stop gracefully (drain, flush, close)."""
+service can stop gracefully (drain, flush, close); SIGTERM also comes when the process that
+started it dies (`runtime.lifeline`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import signal
 
 from runtime.exposure import require_safe_exposure
+from runtime.lifeline import watch_parent
 from runtime.prometheus import serve_metrics
 from runtime.settings import Settings
 from runtime.tracing.provider import configure as configure_tracing
@@ -26,6 +28,7 @@ def start_process() -> tuple[Settings, asyncio.Event]:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    watch_parent(settings)  # a parent that dies stops us too (SIGTERM: the graceful stop)
     return settings, stop
 
 

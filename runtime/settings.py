@@ -59,6 +59,12 @@ class Settings:
         "use and kept, owner-readable only, in $TURNSTREAM_HOME/clickhouse-http.password.",
     )
     log_level: str = _var("TURNSTREAM_LOG_LEVEL", "INFO", "Python log level of the services.")
+    lifeline_fd: int = _var(
+        "TURNSTREAM_LIFELINE_FD",
+        -1,
+        "Set by the parent that starts a role (runtime.processes): a pipe whose end-of-file "
+        "means the parent died; the role then stops itself (runtime/lifeline.py). -1: none.",
+    )
     # --- edge -------------------------------------------------------------------------------
     edge_host: str = _var("TURNSTREAM_EDGE_HOST", "127.0.0.1", "Address the edge binds.")
     edge_port: int = _var("TURNSTREAM_EDGE_PORT", 8765, "Port the edge binds (0: any).")

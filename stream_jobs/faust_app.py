@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faust
 
+from runtime.lifeline import watch_parent
 from runtime.service_process import serve_process_metrics
 from runtime.settings import Settings
 from runtime.tracing.provider import configure as configure_tracing
@@ -60,4 +61,5 @@ def run_worker(app: faust.App, settings: Settings, ready_line: str) -> None:
     `python -m stream_jobs.<job>`): only a job's own process exports its spans."""
     configure_tracing(settings)
     serve_process_metrics(settings)
+    watch_parent(settings)  # faust stops gracefully on the SIGTERM it sends
     make_worker(app, settings, ready_line).execute_from_commandline()

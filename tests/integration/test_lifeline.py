@@ -1,0 +1,79 @@
+"""A role started by `runtime.processes.Child` stops, gracefully, when the process that
+started it dies without stopping it (here: SIGKILL; at a terminal, Ctrl-C through `| tee`
+did the same), instead of living on as an orphan that holds ports and the ClickHouse
+engine's lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime.processes import REPO
+
+pytestmark = pytest.mark.integration
+
+ROLE = """
+import asyncio
+from pathlib import Path
+from runtime.service_process import start_process
+
+async def main():
+    settings, stop = start_process()
+    print("sleeper ready", flush=True)
+    await stop.wait()
+    Path("stopped").write_text("gracefully")  # its stdout died with the parent's pump
+
+asyncio.run(main())
+"""
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from runtime.processes import Child
+
+here = Path(sys.argv[1])
+child = Child("sleeper", "sleeper", here / "sleeper.log", dict(__import__("os").environ), cwd=here)
+child.wait_ready(60)
+print(child.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaped yet counts: it runs nothing)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_role_stops_when_its_parent_is_killed(tmp_path: Path):
+    (tmp_path / "sleeper.py").write_text(ROLE)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TURNSTREAM_METRICS_PORT": "0"}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert parent.stdout is not None
+    child_pid = int(parent.stdout.readline())
+    assert not gone(child_pid)
+    parent.send_signal(signal.SIGKILL)  # no finally, no stop_roles
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while not gone(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not gone(child_pid):
+        os.kill(child_pid, signal.SIGKILL)
+        pytest.fail("the role outlived its parent")
+    assert (tmp_path / "stopped").read_text() == "gracefully"
