@@ -36,7 +36,7 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.ids import now_ms
-from schemas.turn_log import LogPosition, decode_entries, plan_resume, range_start
+from schemas.turn_log import START, LogPosition, decode_entries, plan_resume, range_start
 from ws_edge.actions import (
     Action,
     Close,
@@ -300,7 +300,7 @@ class TurnDoor:
             ttl_s = self.edge.settings.media_ttl_s
             for upload in action.uploads:  # stored before the turn exists for any worker
                 await self.edge.blobs.put(upload.key, upload.data, ttl_s=ttl_s)
-            await self._remember_owner(turn, action.owner)
+            retried = await self._remember_owner(turn, action.owner)
             await self.edge.publisher.publish(turn)
         except Exception as exc:
             self.edge.relay.unroute(turn.turn_id, self._on_relay)
@@ -309,17 +309,50 @@ class TurnDoor:
             self._apply(self.session.submit_failed(turn.turn_id, error))
             return
         spans.mark("turn.accepted")
-        self._apply(self.session.submit_succeeded(turn.turn_id))
+        earlier: list[tuple[AnyEvent, LogPosition]] = []
+        outcome = None
+        if retried:  # its first try may be answering already: catch up from its log
+            try:
+                earlier, _, outcome = await self._read_log(turn.turn_id, START)
+            except RedisError as exc:  # accepted all the same: the live frames still come
+                log.warning("turn %s: its log could not be read (%s)", turn.turn_id, exc)
+        self._apply(self.session.submit_succeeded(turn.turn_id, earlier, outcome))
 
-    async def _remember_owner(self, turn: TurnSubmitted, owner: str) -> None:
-        """Who may resume the turn, and which turn a second device joins."""
+    async def _remember_owner(self, turn: TurnSubmitted, owner: str) -> bool:
+        """Who may resume the turn, and which turn a second device joins; True when the
+        turn was submitted before (a retry with the same client_turn_id, perhaps after a
+        refusal whose turn did reach Kafka)."""
         names, ttl_s = self.edge.names, self.edge.settings.history_ttl_s
         record = msgspec.json.encode((owner, turn.conversation_id))
         async with self.edge.redis.pipeline(transaction=False) as pipe:
-            pipe.set(names.turn_owner_key(turn.turn_id), record, ex=ttl_s)
+            pipe.set(names.turn_owner_key(turn.turn_id), record, ex=ttl_s, get=True)
             latest = names.latest_turn_key(turn.tenant_id, turn.conversation_id)
             pipe.set(latest, turn.turn_id, ex=ttl_s)
-            await pipe.execute()
+            before, _ = await pipe.execute()
+        return before is not None
+
+    async def _read_log(
+        self, turn_id: str, after: LogPosition
+    ) -> tuple[list[tuple[AnyEvent, LogPosition]], bool, TurnCompleted | None]:
+        """Watch the turn from this edge (its frames reach us live even when another edge
+        submitted it), then read its log after `after`: (entries, whether the log exists,
+        the recorded outcome when the log is gone). Watching comes before the read, so
+        every frame is in the read or arrives live."""
+        edge, names = self.edge, self.edge.names
+        async with edge.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(names.turn_watchers_key(turn_id), edge.relay.channel)
+            pipe.expire(names.turn_watchers_key(turn_id), edge.settings.resume_history_s)
+            pipe.xrange(names.turn_log_key(turn_id), range_start(after), "+")
+            pipe.exists(names.turn_log_key(turn_id))
+            pipe.get(names.done_key(turn_id))
+            _, _, raw_entries, log_exists, done = await pipe.execute()
+        outcome = None
+        if not log_exists and done is not None:  # the answer ended and its log is gone
+            with contextlib.suppress(DecodeError):
+                recorded = decode(done)
+                if isinstance(recorded, TurnCompleted):
+                    outcome = recorded
+        return decode_entries(raw_entries), bool(log_exists), outcome
 
     async def _resume(self, action: ResumeTurn) -> None:
         """Follow a turn again after a reconnect (or from another device): check it is the
@@ -350,27 +383,14 @@ class TurnDoor:
             return  # refused (already streaming here, too many turns): the error went out
         edge.relay.route(turn_id, self._on_relay)
         try:
-            async with edge.redis.pipeline(transaction=False) as pipe:
-                pipe.sadd(names.turn_watchers_key(turn_id), edge.relay.channel)
-                pipe.expire(names.turn_watchers_key(turn_id), edge.settings.resume_history_s)
-                pipe.xrange(names.turn_log_key(turn_id), range_start(action.after), "+")
-                pipe.exists(names.turn_log_key(turn_id))
-                pipe.get(names.done_key(turn_id))
-                _, _, raw_entries, log_exists, done = await pipe.execute()
+            entries, log_exists, outcome = await self._read_log(turn_id, action.after)
         except RedisError as exc:
             edge.relay.unroute(turn_id, self._on_relay)
             err = StoreUnavailable(f"resume failed, retry: {exc}")
             self._apply(self.session.resume_failed(turn_id, err))
             return
-        entries = decode_entries(raw_entries)
         first = entries[0][1] if entries else None
-        plan = plan_resume(action.after, first, log_exists=bool(log_exists))
-        outcome = None
-        if not log_exists and done is not None:  # the answer ended and its log is gone
-            with contextlib.suppress(DecodeError):
-                recorded = decode(done)
-                if isinstance(recorded, TurnCompleted):
-                    outcome = recorded
+        plan = plan_resume(action.after, first, log_exists=log_exists)
         prom.EDGE_RESUMES.labels(plan.status).inc()
         self._apply(self.session.resume_loaded(turn_id, plan, entries, outcome))
         self._release(turn_id)

@@ -222,22 +222,43 @@ class Session(VoiceTurns):
                 actions.append(Close(CLOSE_POLICY_VIOLATION, "too many failed authentications"))
             return actions
 
-    def submit_succeeded(self, turn_id: str) -> list[Action]:
+    def submit_succeeded(
+        self,
+        turn_id: str,
+        earlier: list[tuple[AnyEvent, LogPosition]] | None = None,
+        outcome: TurnCompleted | None = None,
+    ) -> list[Action]:
+        """The turn is in Kafka. `earlier`: a retried turn's log, read after its publish (its
+        first try may have reached Kafka although the client was told it had not, and be
+        answering already: the retry catches up as a resume does); `outcome`: its recorded
+        end when the log is gone."""
         route = self._routes.get(turn_id)
         if route is None or route.accepted:
             return []
         route.accepted = True
-        actions = [] if route.speculative or route.withdrawn else self._announce(turn_id, route)
+        if route.speculative or route.withdrawn:
+            actions: list[Action] = []
+        else:
+            actions = self._announce(turn_id, route, earlier or [], outcome)
         return actions + self._next_submit(route.conversation_id)
 
-    def _announce(self, turn_id: str, route: Route) -> list[Action]:
-        """`turn.accepted`, then the frames that came before it."""
+    def _announce(
+        self,
+        turn_id: str,
+        route: Route,
+        earlier: list[tuple[AnyEvent, LogPosition]],
+        outcome: TurnCompleted | None,
+    ) -> list[Action]:
+        """`turn.accepted`, then the frames that came before it: the log's, then those held
+        meanwhile (where they overlap, the position check drops the second copy)."""
         actions: list[Action] = [
             Send(TurnAccepted(turn_id, route.conversation_id, route.client_turn_id))
         ]
         held, route.held = route.held, []
-        for event, position in held:
+        for event, position in [*earlier, *held]:
             actions.extend(self.relay(event, position))
+        if outcome is not None:
+            actions.extend(self.relay(outcome))
         return actions
 
     def submit_failed(self, turn_id: str, err: EdgeError) -> list[Action]:

@@ -1,18 +1,26 @@
 """Resumable streams on the real pipeline: a client drops mid-answer and resumes on another
 edge node with no gap and no duplicate; a second device joins an answer in flight; an
-answer whose history expired is given whole; nobody resumes another user's turn."""
+answer whose history expired is given whole; nobody resumes another user's turn; a turn
+refused as not acknowledged by Kafka that did reach it is retried and caught up whole."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import pytest
 
 from harness.factories import new_conversation_id as conv
+from harness.kafka import completions_of
 from harness.polling import eventually
 from harness.stack import another_edge
+from producers.turn_publisher import PublishFailed
 from schemas.turn_log import LogPosition
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
 from ws_edge.server import EdgeServer
+
+if TYPE_CHECKING:
+    from schemas.events import TurnSubmitted
 
 pytestmark = pytest.mark.integration
 
@@ -151,3 +159,66 @@ async def test_nobody_resumes_another_users_turn(fake_pipeline):
             # and the session still serves its own user
             mine = await spy.ask(conv(), "still here")
             assert mine.error is None
+
+
+class LostAck:
+    """A publisher whose first send of each turn reaches Kafka but whose acknowledgement
+    is lost (a broker restarting as it answers): the edge refuses a turn that is in Kafka
+    and will be answered."""
+
+    def __init__(self, publisher) -> None:
+        self._publisher = publisher
+        self.lost: set[str] = set()
+
+    async def publish(self, turn: TurnSubmitted, topic: str | None = None) -> None:
+        await self._publisher.publish(turn, topic)
+        if turn.turn_id not in self.lost:
+            self.lost.add(turn.turn_id)
+            raise PublishFailed("Kafka did not acknowledge the turn: lost in a restart")
+
+    def __getattr__(self, name: str):
+        return getattr(self._publisher, name)
+
+
+async def test_a_turn_refused_although_it_reached_kafka_is_retried_and_caught_up_whole(
+    fake_pipeline,
+):
+    """The client is told `broker_unavailable` for a turn that is in Kafka and answering;
+    its retry with the same client_turn_id is accepted as that turn, catches up from its
+    log (the first try's frames were streamed to nobody) and sees the whole answer once."""
+    token = fake_pipeline.token("unlucky", "acme")
+    conversation = conv()
+    async with another_edge(fake_pipeline, "lost-ack") as edge:
+        flaky = LostAck(edge.publisher)
+        edge.publisher = flaky  # type: ignore[assignment]
+        async with EdgeClient.connect(url_of(edge), token) as client:
+            with pytest.raises(TurnRejected) as refused:
+                await client.start_turn(conversation, LONG_QUESTION, max_tokens=1000)
+            assert refused.value.error.code == "broker_unavailable"
+            [turn_id] = flaky.lost
+            # the first try is answering meanwhile, its frames going to nobody
+            await eventually(lambda: fake_pipeline.engine.requests.count(turn_id) == 1)
+            retried = await client.start_turn(
+                conversation,
+                LONG_QUESTION,
+                max_tokens=1000,
+                client_turn_id=refused.value.client_turn_id,
+            )
+            assert retried == turn_id
+            seen: list[str] = []
+            positions: list[LogPosition] = []
+            started = 0
+            async for event in client.events(turn_id):
+                if isinstance(event, ResponseStarted):
+                    started += 1
+                elif isinstance(event, ResponseDelta):
+                    seen.append(event.text)
+                    positions.append(LogPosition(event.epoch, event.offset))
+                elif isinstance(event, ResponseDone):
+                    done = event
+    assert done.error is None and done.text.startswith("You said: 0z 1z")
+    assert started == 1
+    assert "".join(seen) == done.text  # from its start: no gap, no duplicate
+    check_contiguous(positions)
+    assert fake_pipeline.engine.requests.count(turn_id) == 1  # generated once
+    assert await completions_of(fake_pipeline.settings, turn_id) == 1  # recorded once
