@@ -32,7 +32,13 @@ from bench.faults.books import (
 )
 from bench.faults.load import Clock, LoadConfig, run_load
 from bench.faults.records import completions, wait_for_traces
-from bench.faults.scenarios import SCENARIOS, FaultContext, Scenario, wait_until_streaming
+from bench.faults.scenarios import (
+    SCENARIOS,
+    FaultContext,
+    Scenario,
+    wait_until_streaming,
+    wait_until_worker_busy,
+)
 from bench.faults.services import IsolatedServices, isolated_services
 from bench.faults.stack import FaultStack, roles
 from runtime.settings import Settings
@@ -70,13 +76,14 @@ class ScenarioResult:
     ended_at: float
     streaming_at_fault: int | None
     history_breaks: int
+    fault_hit: bool | None = None  # the books show it struck work in flight (None: no check)
     notes: list[str] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     histories: list[TurnHistory] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.books.balanced and self.history_breaks == 0
+        return self.books.balanced and self.history_breaks == 0 and self.fault_hit is not False
 
 
 def suite_env(options: SuiteOptions) -> dict[str, str]:
@@ -153,6 +160,9 @@ async def run_scenario(
         await asyncio.sleep(options.warmup_s)
         if scenario.wait_mid_stream:
             streaming = await asyncio.to_thread(wait_until_streaming, ctx, scenario)
+        if scenario.busy_worker is not None:
+            held = await asyncio.to_thread(wait_until_worker_busy, ctx, scenario.busy_worker)
+            progress(f"{tag} {scenario.busy_worker} holds {held} answers in flight")
         fault_at = clock.now()
         streaming_note = "" if streaming is None else f" ({streaming} answers streaming)"
         progress(f"{tag} fault at {fault_at:.1f} s{streaming_note}")
@@ -197,6 +207,7 @@ async def run_scenario(
         ended_at=ended_at,
         streaming_at_fault=streaming,
         history_breaks=history_breaks(histories, verdicts) if options.engine == "fake" else 0,
+        fault_hit=None if scenario.hit is None else scenario.hit(books),
         notes=notes,
         verdicts=verdicts,
         histories=histories,
@@ -214,6 +225,7 @@ def summary_line(result: ScenarioResult) -> str:
         f"({b.recorded_twice} decided twice, {b.resent} re-sent), "
         f"{b.text_mismatches} texts not whole, traces {b.traces}/{b.accepted}, "
         f"recovered in {result.recovery_s:.1f} s"
+        + ("; the fault hit nothing in flight" if result.fault_hit is False else "")
     )
 
 
@@ -239,7 +251,7 @@ def failures(result: ScenarioResult, limit: int = 5) -> list[dict]:
         or v.text_ok is False
         or v.duplicate_frames
         or v.recorded_as_seen is False
-        or (v.accepted and (v.records != 1 or v.traces != 1))
+        or (v.accepted and (v.recordings != 1 or v.traces != 1))
     ]
     return [
         {

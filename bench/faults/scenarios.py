@@ -7,9 +7,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.faults.books import Kind, TurnHistory
+from redis import Redis as SyncRedis
+
+from bench.faults.books import Books, Kind, TurnHistory
 from bench.faults.services import IsolatedServices
 from bench.faults.stack import FaultStack
+from schemas.channels import RedisNames
+from schemas.worker_state import decode_state
 
 
 @dataclass
@@ -31,7 +35,11 @@ class Scenario:
     outage_s: float = 0.0  # between inject and heal
     wait_mid_stream: bool = False  # strike while answers stream (not between turns)
     streaming_on_edge: int | None = None  # ... on this edge (index), for an edge's fault
+    busy_worker: str | None = None  # ... and this worker (its id) holds answers in flight
     traces_wait_s: float = 90.0  # how long the books wait for the traces to land
+    # what the books show when the fault hit work in flight (None: nothing to check): a
+    # scenario that struck nothing proves nothing, so its books do not balance
+    hit: Callable[[Books], bool] | None = None
 
 
 def streaming_now(histories: list[TurnHistory], edge: str | None = None) -> int:
@@ -58,6 +66,33 @@ def wait_until_streaming(
     return n
 
 
+def wait_until_worker_busy(
+    ctx: FaultContext, worker: str, at_least: int = 2, timeout_s: float = 20.0
+) -> int:
+    """Until the worker's state on the board says it holds `at_least` answers in flight
+    (the board is up to 250 ms old: with two, one of them is still streaming when the kill
+    comes), or the time is up; how many it held."""
+    settings = ctx.services.settings
+    names = RedisNames.for_namespace(settings.namespace)
+    redis = SyncRedis.from_url(settings.redis_url)
+    deadline = time.monotonic() + timeout_s
+    held = 0
+    try:
+        while time.monotonic() < deadline:
+            states = [
+                decode_state(raw)
+                for pool in settings.pool_names
+                for raw in redis.hgetall(names.worker_states_key(pool)).values()
+            ]
+            held = sum(s.in_flight for s in states if worker in s.worker_id)
+            if held >= at_least:
+                return held
+            time.sleep(0.05)
+        return held
+    finally:
+        redis.close()
+
+
 def _kill(key: str) -> Step:
     return lambda ctx: ctx.stack.kill(key)
 
@@ -75,6 +110,8 @@ SCENARIOS: dict[str, Scenario] = {
             _kill("inference-1"),
             _restart("inference-1"),
             wait_mid_stream=True,
+            busy_worker="faults-worker-1",
+            hit=lambda books: books.restarted > 0,  # its answers restarted on the other
         ),
         Scenario(
             "kafka-restart",
@@ -105,6 +142,7 @@ SCENARIOS: dict[str, Scenario] = {
             outage_s=3.0,
             wait_mid_stream=True,
             streaming_on_edge=0,
+            hit=lambda books: books.resumed > 0,  # its clients resumed on the other
         ),
         Scenario(
             "assembly-kill",
