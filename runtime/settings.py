@@ -720,6 +720,13 @@ class Settings:
         "as a record lands, so only idle consumers notice: each costs the broker a fetch "
         "per wait (docs/cost.md).",
     )
+    kafka_session_timeout_s: float = _var(
+        "TURNSTREAM_KAFKA_SESSION_TIMEOUT_S",
+        10.0,
+        "How long a consumer (the workers' and the faust jobs') may go silent before Kafka "
+        "gives its partitions to another: what a killed worker's turns wait before they "
+        "restart elsewhere (heartbeats every third of it; Kafka's old default, 10 s).",
+    )
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -33,6 +33,9 @@ def make_app(settings: Settings, name: str) -> faust.App:
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
         processing_guarantee="at_least_once",
+        # a killed job's partitions move after this, not faust's default 60 s
+        broker_session_timeout=settings.kafka_session_timeout_s,
+        broker_heartbeat_interval=settings.kafka_session_timeout_s / 3,
         key_serializer="raw",
         value_serializer="raw",
     )

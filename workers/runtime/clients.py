@@ -48,7 +48,11 @@ class WorkerClients:
         producer = make_producer(settings.kafka_bootstrap, worker_id)
         topic = source.full_name(settings.namespace)
         consumer = make_consumer(
-            settings.kafka_bootstrap, f"{topic}.{role}", worker_id, settings.fetch_max_wait_ms
+            settings.kafka_bootstrap,
+            f"{topic}.{role}",
+            worker_id,
+            settings.fetch_max_wait_ms,
+            settings.kafka_session_timeout_s,
         )
         relay = RelayPublisher(
             redis,

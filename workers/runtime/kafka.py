@@ -59,9 +59,15 @@ def make_producer(bootstrap: str, client_id: str) -> AIOKafkaProducer:
 
 
 def make_consumer(
-    bootstrap: str, group_id: str, client_id: str, fetch_max_wait_ms: int
+    bootstrap: str,
+    group_id: str,
+    client_id: str,
+    fetch_max_wait_ms: int,
+    session_timeout_s: float = 10.0,
 ) -> AIOKafkaConsumer:
-    """Manual commits (see `ConsumerLoop`), short fetch waits on latency paths."""
+    """Manual commits (see `ConsumerLoop`), short fetch waits on latency paths; a member
+    silent for `session_timeout_s` (a killed worker) loses its partitions to the others."""
+    session_ms = int(session_timeout_s * 1000)
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=group_id,
@@ -70,6 +76,6 @@ def make_consumer(
         auto_offset_reset="earliest",
         fetch_max_wait_ms=fetch_max_wait_ms,
         max_poll_interval_ms=600_000,
-        session_timeout_ms=30_000,
-        heartbeat_interval_ms=3_000,
+        session_timeout_ms=session_ms,
+        heartbeat_interval_ms=max(session_ms // 3, 100),
     )

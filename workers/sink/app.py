@@ -129,6 +129,7 @@ async def run_sink(
                 route_group(settings.namespace, name),
                 sink_id,
                 settings.fetch_max_wait_ms,
+                settings.kafka_session_timeout_s,
             )
             await consumer.start()
             consumers.append(consumer)
