@@ -121,3 +121,39 @@ def test_a_failed_lookup_closes_the_pending_route():
     assert session.open_turns == []
     # frames for it now go nowhere
     assert session.relay(chunk(0, "x"), P(1, 0)) == []
+
+
+def test_a_retried_turn_shows_its_log_then_what_was_held_once():
+    """A retry whose first try is answering already: the log read after the publish comes
+    before the frames held meanwhile, where they overlap once, from the first frame."""
+    session = authed()
+    [submit] = session.receive(frame(type="turn.create", conversation_id="c1", text="hi"))
+    turn_id = submit.turn.turn_id
+    started = TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a1")
+
+    def piece(seq: int, text: str) -> TokenChunk:
+        return TokenChunk(turn_id=turn_id, seq=seq, text=text, emitted_at_ms=1.0, attempt="a1")
+
+    assert session.relay(piece(2, "c"), P(1, 3)) == []  # live, while the log is read: held
+    log = [(started, P(1, 0)), (piece(0, "a"), P(1, 1)), (piece(1, "b"), P(1, 2))]
+    log.append((piece(2, "c"), P(1, 3)))  # also in the log
+    events = sent(session.submit_succeeded(turn_id, log))
+    assert [type(e).__name__ for e in events] == [
+        "TurnAccepted",
+        "ResponseStarted",
+        "ResponseDelta",
+        "ResponseDelta",
+        "ResponseDelta",
+    ]
+    assert "".join(e.text for e in events if isinstance(e, ResponseDelta)) == "abc"
+
+
+def test_a_retried_turn_whose_log_is_gone_ends_with_its_recorded_outcome():
+    session = authed()
+    [submit] = session.receive(frame(type="turn.create", conversation_id="c1", text="hi"))
+    turn_id = submit.turn.turn_id
+    outcome = completed(turn_id, conversation_id="c1", text="the whole answer")
+    events = sent(session.submit_succeeded(turn_id, [], outcome))
+    assert type(events[0]).__name__ == "TurnAccepted"
+    assert isinstance(events[-1], ResponseDone) and events[-1].text == "the whole answer"
+    assert turn_id not in session.open_turns
