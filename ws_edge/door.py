@@ -50,6 +50,7 @@ from ws_edge.actions import (
     Send,
     SubmitTurn,
 )
+from ws_edge.admission.admit import estimated_prompt_tokens
 from ws_edge.auth import is_api_key
 from ws_edge.errors import (
     BrokerUnavailable,
@@ -108,7 +109,8 @@ class TurnDoor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._detector: SpeechDetector | None = None  # the voice loop's VAD, made on first use
         self._speech_deadlines: dict[str, asyncio.TimerHandle] = {}
-        self._submitted: set[str] = set()  # turns this door created (it pays for them)
+        # turns this door created (it charges them), with the tokens admission estimated
+        self._submitted: dict[str, int] = {}
         # tracing: the caller's trace (a `traceparent` on the request), and the root span
         # of each turn this door submitted, open until its answer is done here
         self._caller_trace = from_http_headers(headers)
@@ -147,6 +149,9 @@ class TurnDoor:
         cancels an answer), end their spans, cancel this door's tasks."""
         for turn_id in self.session.open_turns:
             self.edge.relay.unroute(turn_id, self._on_relay)
+        for turn_id, estimated in self._submitted.items():  # they go on, and are paid for
+            self.edge.unattended.adopt(turn_id, estimated)
+        self._submitted.clear()
         for handle in self._speech_deadlines.values():
             handle.cancel()
         for turn_id in list(self._turn_spans):
@@ -166,7 +171,7 @@ class TurnDoor:
                 case SubmitTurn():
                     self._start_turn_span(action.turn)
                     self.edge.relay.route(action.turn.turn_id, self._on_relay)
-                    self._submitted.add(action.turn.turn_id)
+                    self._submitted[action.turn.turn_id] = estimated_prompt_tokens(action.turn)
                     self._spawn(self._submit(action))
                 case ResumeTurn():
                     self._spawn(self._resume(action))
@@ -229,8 +234,8 @@ class TurnDoor:
         if self._turn_spans:
             self._trace_delivery(event)
         if isinstance(event, TurnCompleted) and turn_id in self._submitted:
-            self._submitted.discard(turn_id)  # charged once, by the door that asked
-            self._spawn(self.edge.admission.charge(event))
+            estimated = self._submitted.pop(turn_id)  # charged once, by the door that asked
+            self._spawn(self.edge.admission.charge(event, estimated))
         self._apply(self.session.relay(event, position))
         self._release(turn_id)
         self._watch_speech(turn_id)
@@ -304,6 +309,7 @@ class TurnDoor:
             await self.edge.publisher.publish(turn)
         except Exception as exc:
             self.edge.relay.unroute(turn.turn_id, self._on_relay)
+            self._submitted.pop(turn.turn_id, None)  # never admitted, or refunded below
             error = submit_error(exc)
             self._end_turn_span(turn.turn_id, delivery="refused", error_code=error.code)
             self._apply(self.session.submit_failed(turn.turn_id, error))

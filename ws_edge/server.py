@@ -53,6 +53,7 @@ from ws_edge.messages import (
 from ws_edge.outbox import OutboxOverflow
 from ws_edge.relay import RelaySubscriber
 from ws_edge.session import SessionLimits
+from ws_edge.unattended import UnattendedTurns
 from ws_edge.voice.loop import VadRules
 from ws_edge.web_assets import process_request
 
@@ -121,6 +122,7 @@ class EdgeServer:
             fail_open=settings.rate_limit_fail_open,
             retry_after_ms=settings.overload_retry_after_ms,
         )
+        self.unattended = UnattendedTurns(self.relay, self.admission)
         self.canary = CanaryWatch(self.redis, self.names, now_ms)
         self.api_keys = ApiKeys(self.redis, self.names)
         self._server: Server | None = None
@@ -178,6 +180,7 @@ class EdgeServer:
     async def stop(self) -> None:
         if self._http is not None:
             await self._http.cleanup()
+        await self.unattended.close()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()

@@ -3,7 +3,8 @@ bursts hit the tenant's bucket with a clear retry hint, other tenants are unaffe
 tier claims change nothing, and overload degrades the free tier before refusing it while
 enterprise is still served. The pool's load is written to the real state board as workers
 write it (`harness.board`; no worker runs here: admission happens before anything reaches
-Kafka)."""
+Kafka). On the fake pipeline: a turn is charged what it cost (its whole prompt, history
+included, and its answer), even when its client left before the answer ended."""
 
 from __future__ import annotations
 
@@ -18,10 +19,14 @@ import pytest
 from harness.board import write_load
 from harness.factories import new_conversation_id as conv
 from harness.kafka import find_record
+from harness.polling import eventually
+from harness.stack import another_edge
 from runtime.kafka_topics import ensure_topics
+from runtime.redis import redis_client
 from runtime.settings import Settings
+from schemas.channels import RedisNames
 from schemas.codec import decode
-from schemas.events import TurnSubmitted
+from schemas.events import TurnCompleted, TurnSubmitted
 from ws_edge.auth import ISSUER, mint_token
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.server import EdgeServer
@@ -121,3 +126,58 @@ async def test_overload_degrades_free_then_refuses_it_while_enterprise_is_served
         admitted = decode(record.value)
         assert (admitted.tier, admitted.degraded, admitted.priority) == ("enterprise", False, 20)
         assert admitted.decoding.max_tokens == 2000
+
+
+PAYER = {
+    "tier": "plus",
+    "limits": {
+        "requests_per_minute": 600,
+        "request_burst": 100,
+        "tokens_per_minute": 0.001,  # no refill to speak of: the level is what was charged
+        "token_burst": 100_000,
+    },
+}
+
+
+async def test_a_turn_is_charged_what_it_cost_even_when_its_client_left(fake_pipeline, tmp_path):
+    """The token bucket pays for the whole prompt the engine read (the history too, not
+    only the new text) and the answer; a client that disconnects mid-answer is charged
+    when the answer ends, once."""
+    registry = tmp_path / "tenants.json"
+    registry.write_text(json.dumps({"tenants": {"payer": PAYER}}))
+    async with another_edge(fake_pipeline, "billing", tenant_registry_path=str(registry)) as server:
+        limits = server.admission.tenants.plan_of("payer").limits
+        burst = limits.token_burst
+
+        async def level() -> int:
+            return await server.admission.limiter.charge("payer", limits, 0)
+
+        token = mint_token(server.settings.auth_secret, "u", "payer")
+        conversation = conv()
+        async with EdgeClient.connect(url(server), token) as client:
+            first = await client.ask(conversation, "hello there")
+            second = await client.ask(conversation, "and again")
+        spent = [d.usage.prompt_tokens + d.usage.completion_tokens for d in (first, second)]
+        assert second.usage.prompt_tokens > first.usage.prompt_tokens  # its history too
+        await eventually(lambda: _at(level, burst - sum(spent)), timeout_s=10)
+
+        names = RedisNames.for_namespace(server.settings.namespace)
+        async with EdgeClient.connect(url(server), token) as client:
+            long_question = " ".join(f"{i % 10}z" for i in range(400))
+            gone = await client.start_turn(conv(), long_question, max_tokens=1000)
+        # the client went mid-answer; the answer goes on and ends
+        redis = redis_client(server.settings.redis_url)
+        try:
+            await eventually(lambda: redis.exists(names.done_key(gone)), timeout_s=60)
+            recorded = decode(await redis.get(names.done_key(gone)))
+        finally:
+            await redis.aclose()
+        assert isinstance(recorded, TurnCompleted) and recorded.usage.completion_tokens > 100
+        cost = recorded.usage.prompt_tokens + recorded.usage.completion_tokens
+        await eventually(lambda: _at(level, burst - sum(spent) - cost), timeout_s=10)
+        assert server.unattended.adopted == 1 and server.unattended.charged == 1
+
+
+async def _at(level, expected: int) -> bool:
+    """The bucket's level is `expected`, give or take the refill's rounding."""
+    return abs(await level() - expected) <= 1

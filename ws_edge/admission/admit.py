@@ -5,8 +5,10 @@ request and token buckets (shared by every edge node through Redis).
 Overload is decided first so a refused turn takes nothing from the buckets. The turn
 leaves with its tier and priority set, its `max_tokens` capped to what the tier (or the
 degradation) allows, and, when degraded, the pool it must use. Tokens are counted twice:
-the prompt's estimate at admission, the answer's real completion tokens when it ends
-(`charge`), so a tenant that writes long answers waits longer. When the buckets' Redis does
+an estimate of the new text at admission, then, when the turn ends, what it really cost
+less that estimate (`charge`: the whole prompt the engine read, history, retrieved passages
+and images included, and the answer), so a tenant with long histories or long answers
+waits longer. When the buckets' Redis does
 not answer, `fail_open` decides: admit without limits, or refuse (`store_unavailable`).
 """
 
@@ -91,10 +93,14 @@ class AdmissionControl:
             pool=decision.pool if degraded else "",
         )
 
-    async def charge(self, completed: TurnCompleted) -> None:
-        """Count the answer's tokens against its tenant (after the fact: never refuses)."""
-        tokens = completed.usage.completion_tokens
-        if tokens <= 0:
+    async def charge(self, completed: TurnCompleted, estimated_tokens: int = 0) -> None:
+        """Count what the turn really cost against its tenant, after the fact (never
+        refuses): the prompt the engine read (history, retrieved passages and images
+        included, not only the new text) and the answer, less the estimate admission took
+        (`estimated_tokens`); a turn that cost less than estimated is refunded."""
+        usage = completed.usage
+        tokens = usage.prompt_tokens + usage.completion_tokens - estimated_tokens
+        if tokens == 0:
             return
         plan = self.tenants.plan_of(completed.tenant_id)
         try:
