@@ -239,15 +239,15 @@ class Session(VoiceTurns):
         if route.speculative or route.withdrawn:
             actions: list[Action] = []
         else:
-            actions = self._announce(turn_id, route, earlier or [], outcome)
+            actions = self._announce(turn_id, route, earlier, outcome)
         return actions + self._next_submit(route.conversation_id)
 
     def _announce(
         self,
         turn_id: str,
         route: Route,
-        earlier: list[tuple[AnyEvent, LogPosition]],
-        outcome: TurnCompleted | None,
+        earlier: list[tuple[AnyEvent, LogPosition]] | None = None,
+        outcome: TurnCompleted | None = None,
     ) -> list[Action]:
         """`turn.accepted`, then the frames that came before it: the log's, then those held
         meanwhile (where they overlap, the position check drops the second copy)."""
@@ -255,7 +255,7 @@ class Session(VoiceTurns):
             Send(TurnAccepted(turn_id, route.conversation_id, route.client_turn_id))
         ]
         held, route.held = route.held, []
-        for event, position in [*earlier, *held]:
+        for event, position in [*(earlier or []), *held]:
             actions.extend(self.relay(event, position))
         if outcome is not None:
             actions.extend(self.relay(outcome))

@@ -14,6 +14,8 @@ from harness.kafka import completions_of
 from harness.polling import eventually
 from harness.stack import another_edge
 from producers.turn_publisher import PublishFailed
+from runtime.redis import redis_client
+from schemas.channels import RedisNames
 from schemas.turn_log import LogPosition
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
@@ -197,7 +199,12 @@ async def test_a_turn_refused_although_it_reached_kafka_is_retried_and_caught_up
             assert refused.value.error.code == "broker_unavailable"
             [turn_id] = flaky.lost
             # the first try is answering meanwhile, its frames going to nobody
-            await eventually(lambda: fake_pipeline.engine.requests.count(turn_id) == 1)
+            log_key = RedisNames.for_namespace(edge.settings.namespace).turn_log_key(turn_id)
+            redis = redis_client(edge.settings.redis_url)
+            try:
+                await eventually(lambda: _at_least(redis.xlen(log_key), 10))
+            finally:
+                await redis.aclose()
             retried = await client.start_turn(
                 conversation,
                 LONG_QUESTION,
@@ -222,3 +229,7 @@ async def test_a_turn_refused_although_it_reached_kafka_is_retried_and_caught_up
     check_contiguous(positions)
     assert fake_pipeline.engine.requests.count(turn_id) == 1  # generated once
     assert await completions_of(fake_pipeline.settings, turn_id) == 1  # recorded once
+
+
+async def _at_least(count, n: int) -> bool:
+    return await count >= n
