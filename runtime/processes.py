@@ -7,7 +7,6 @@ benchmarks and the fault suite all start processes through this one place.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -118,8 +117,9 @@ class Child:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
-        with contextlib.suppress(OSError):
+        if self._lifeline >= 0:  # once: a second stop must not close a reused descriptor
             os.close(self._lifeline)
+            self._lifeline = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.processes import REPO
+from runtime.processes import REPO, Child
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +77,22 @@ def test_a_role_stops_when_its_parent_is_killed(tmp_path: Path):
         os.kill(child_pid, signal.SIGKILL)
         pytest.fail("the role outlived its parent")
     assert (tmp_path / "stopped").read_text() == "gracefully"
+
+
+def test_stopping_a_role_twice_closes_nothing_of_anyone_else(tmp_path: Path, monkeypatch):
+    """The fault suite stops a killed role, then stops it again to restart it: the second
+    stop must not close the lifeline's descriptor number again (reused by then)."""
+    (tmp_path / "sleeper.py").write_text(ROLE)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    child = Child("sleeper", "sleeper", tmp_path / "sleeper.log", dict(os.environ), cwd=tmp_path)
+    child.wait_ready(60)
+    lifeline_fd = child._lifeline
+    child.stop()
+    others = []  # files until one gets the number the lifeline had (the lowest free ones)
+    while not others or others[-1].fileno() != lifeline_fd:
+        others.append((tmp_path / f"other-{len(others)}.txt").open("w"))
+    child.stop()
+    for other in others:
+        other.write("still open")
+        other.close()
+    assert (tmp_path / f"other-{len(others) - 1}.txt").read_text() == "still open"
