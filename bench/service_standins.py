@@ -39,7 +39,7 @@ class NullPipeline:
         self._results.append(0)
 
     def set(self, key: str, value: bytes, **options: Any) -> None:
-        self._results.append(True)
+        self._results.append(None if options.get("get") else True)  # SET … GET: nothing was there
 
     def delete(self, *keys: str) -> None:
         self._results.append(0)

@@ -111,12 +111,13 @@ class OutcomeRecorder:
 
         async def claim() -> list[Any]:
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.set(decided_key, payload, ex=DONE_TTL_S, nx=True)
-                pipe.get(decided_key)
+                # SET NX GET: set it if nobody did, and say what was there (None: ours now)
+                pipe.set(decided_key, payload, ex=DONE_TTL_S, nx=True, get=True)
                 pipe.get(done_key)
                 return await pipe.execute()
 
-        claimed, decided_raw, done_raw = await retry_transient("deciding the outcome", claim)
+        decided_raw, done_raw = await retry_transient("deciding the outcome", claim)
+        claimed = decided_raw is None
         done = final_outcome(done_raw)
         if done is not None:  # recorded before (a racing retry): nothing to publish
             if claimed:  # the claim we just made is moot: the done marker answers
