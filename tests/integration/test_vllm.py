@@ -109,20 +109,28 @@ async def test_pipeline_on_vllm_two_turns_and_a_cancel(vllm_pipeline):
         # long enough to fill whole KV blocks, which is what the prefix cache keeps
         first = await client.ask(conversation, "hello how are you today " * 40, max_tokens=8)
         second = await client.ask(conversation, "and again", max_tokens=8)
-        turn_id = await client.start_turn(conversation, "go on", max_tokens=900)
-        sent_cancel = False
-        async for event in client.events(turn_id):
-            # >= : a reader that falls behind gets deltas joined, so seq may skip 2
-            if isinstance(event, ResponseDelta) and event.seq >= 2 and not sent_cancel:
-                sent_cancel = True
-                await client.cancel(turn_id)
-            if isinstance(event, ResponseDone):
-                cancelled = event
+        # The tiny model's weights are random, so its logits are near ties and its greedy
+        # answer can differ between runs (batching, the prefix cache) and, rarely, end on
+        # its own before a cancel sent at its first text reaches the engine: up to three
+        # tries, one of which must end cancelled.
+        ends = []
+        for ask in ("go on", "tell me more", "continue please"):
+            turn_id = await client.start_turn(conversation, ask, max_tokens=900)
+            sent_cancel = False
+            async for event in client.events(turn_id):
+                if isinstance(event, ResponseDelta) and not sent_cancel:
+                    sent_cancel = True
+                    await client.cancel(turn_id)
+                if isinstance(event, ResponseDone):
+                    ends.append(event)
+            if ends[-1].finish_reason == FinishReason.CANCELLED:
+                break
     assert first.model == "tiny-llama" and first.usage.completion_tokens > 0
     # the second prompt holds the first exchange, so it is longer and mostly cached
     assert second.usage.prompt_tokens > first.usage.prompt_tokens
     assert second.usage.cached_prompt_tokens > 0
-    assert cancelled.finish_reason == FinishReason.CANCELLED
+    cancelled = ends[-1]
+    assert cancelled.finish_reason == FinishReason.CANCELLED, [e.finish_reason for e in ends]
     assert cancelled.usage.completion_tokens < 900
     assert unfinished(vllm_pipeline.engine) == 0
 
