@@ -309,7 +309,9 @@ class TurnDoor:
             await self.edge.publisher.publish(turn)
         except Exception as exc:
             self.edge.relay.unroute(turn.turn_id, self._on_relay)
-            self._submitted.pop(turn.turn_id, None)  # never admitted, or refunded below
+            # nothing to charge at its end (what admission took, if it got that far, stays
+            # taken: a retry is admitted again)
+            self._submitted.pop(turn.turn_id, None)
             error = submit_error(exc)
             self._end_turn_span(turn.turn_id, delivery="refused", error_code=error.code)
             self._apply(self.session.submit_failed(turn.turn_id, error))

@@ -1,14 +1,14 @@
 """Recording how a turn ended, the same way for every stage that can end one.
 
 A turn is decided once, then recorded, then told: its outcome is claimed in Redis (the
-decided key, SET NX), the claimed bytes are published to Kafka `turns.completed`, the done
-marker is set, and only then does the client hear of it. A redelivery or a racing retry
-finds the claim and publishes the claimed bytes, never an outcome of its own, so a crash
-anywhere in between leaves one answer: at worst the same record twice (a crash after the
-publish, before the marker), which the history and the trace read as one (the sink's
-`turns` table then holds the identical row twice). Only
-a retryable error may be replaced. `error_outcome` builds the ending of a turn that failed
-before reaching the engine.
+decided key, SET NX GET), the claimed bytes are published to Kafka `turns.completed`, the
+done marker is set (and the claim dropped), and only then does the client hear of it. A
+redelivery or a racing retry finds the claim (or the marker) and publishes the claimed
+bytes, never an outcome of its own, so a crash anywhere in between leaves one answer: at
+worst the same record twice (a crash after the publish, before the marker), which the
+history and the trace read as one (the sink's `turns` table then holds the identical row
+twice). Only a retryable error may be replaced. `error_outcome` builds the ending of a
+turn that failed before reaching the engine.
 """
 
 from __future__ import annotations
