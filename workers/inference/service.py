@@ -386,8 +386,8 @@ class InferenceService:
         """A redelivered or retried turn is not generated again: its outcome (recorded, or
         decided by a try that a crash cut short) is relayed to the edge that asked. A
         recorded retryable error is not final: the retry generates again."""
-        if final_outcome(recorded if recorded is not None else decided) is None:
-            return False
+        if final_outcome(recorded) is None and final_outcome(decided) is None:
+            return False  # what OutcomeRecorder.replay would find: nothing final
         log.info("turn %s already answered; replaying its outcome", turn.turn_id)
         speech = self._speech_feed(turn, TurnProgress(turn))
         if speech is not None:  # its speech is not replayed: the edge must not wait for it

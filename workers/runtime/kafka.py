@@ -63,7 +63,7 @@ def make_consumer(
     group_id: str,
     client_id: str,
     fetch_max_wait_ms: int,
-    session_timeout_s: float = 10.0,
+    session_timeout_s: float,
 ) -> AIOKafkaConsumer:
     """Manual commits (see `ConsumerLoop`), short fetch waits on latency paths; a member
     silent for `session_timeout_s` (a killed worker) loses its partitions to the others."""
