@@ -104,7 +104,11 @@ async def pipeline(
     """`with_assembly=False`: the caller runs (and restarts) the assembly job itself.
     `with_safety=False`: no safety worker answers the output check (it is down).
     `with_tts`: a TTS worker speaks the answers that ask for speech."""
-    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
+    await ensure_topics(
+        settings.kafka_bootstrap,
+        settings.namespace,
+        replication_factor=settings.kafka_replication_factor,
+    )
     checks_output = with_safety and settings.safety_output_policy != "off"
     async with (
         running_assembly(settings) if with_assembly else contextlib.nullcontext(),

@@ -5,7 +5,7 @@ model if needed, starts the roles (inference worker on vLLM, preprocessing worke
 job, traces job, ClickHouse sink, edge) as child processes, waits until each is ready (showing
 progress), then opens the chat. Ctrl-C at the prompt, or leaving the chat, stops everything
 cleanly (services too, unless --keep-services). `--serve` runs the stack without the chat
-until Ctrl-C.
+until Ctrl-C. `--kafka-cluster` makes Kafka a replicated 3-broker KRaft cluster.
 """
 
 from __future__ import annotations
@@ -37,6 +37,20 @@ def run_script(*args: str) -> None:
     subprocess.run([str(REPO / "infra" / args[0]), *args[1:]], check=True, cwd=REPO)
 
 
+def kafka_cluster_env(settings: Settings, nodes: int = 3) -> dict[str, str]:
+    """The variables of a replicated cluster on the configured broker's port and the next
+    ones (node n on port P+2(n-1), its controller the next; see infra/kafka/kafka.sh):
+    replication factor `nodes`, min.insync.replicas one less, idempotent producers."""
+    first = settings.kafka_bootstrap.split(",")[0]
+    host, port = first.rsplit(":", 1)
+    servers = ",".join(f"{host}:{int(port) + 2 * i}" for i in range(nodes))
+    return {
+        "TURNSTREAM_KAFKA_BOOTSTRAP": servers,
+        "TURNSTREAM_KAFKA_REPLICATION_FACTOR": str(nodes),
+        "TURNSTREAM_KAFKA_IDEMPOTENT": "true",
+    }
+
+
 def prepare(settings: Settings, engine: str) -> None:
     """Steps 1-2: services up, bundled model converted (both idempotent)."""
     print("[1/6] local services", file=sys.stderr)
@@ -64,7 +78,16 @@ def main() -> None:
         help="edge nodes, on consecutive ports from TURNSTREAM_EDGE_PORT (a client may "
         "resume its answers on any of them)",
     )
+    parser.add_argument(
+        "--kafka-cluster",
+        action="store_true",
+        help="a replicated 3-broker KRaft cluster (replication factor 3, min.insync.replicas "
+        "2, idempotent producers) instead of one broker; its state is kept apart",
+    )
     args = parser.parse_args()
+    if args.kafka_cluster:  # the scripts and every role read these from the environment
+        os.environ.update(kafka_cluster_env(settings))
+        settings = Settings.from_env()
 
     logs = settings.state_path / "logs"
     logs.mkdir(parents=True, exist_ok=True)

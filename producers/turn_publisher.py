@@ -32,8 +32,19 @@ class PublishFailed(ProducerError, RuntimeError):
 
 
 class TurnPublisher:
-    def __init__(self, bootstrap: str, topic: str, *, client_id: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        client_id: str,
+        timeout_s: float,
+        idempotent: bool = False,
+        metadata_max_age_s: float = 300.0,
+    ) -> None:
         self._bootstrap = bootstrap
+        self._idempotent = idempotent
+        self._metadata_max_age_s = metadata_max_age_s
         self._topic = topic
         self._client_id = client_id
         self._timeout_s = timeout_s
@@ -52,12 +63,13 @@ class TurnPublisher:
     async def _connect_forever(self) -> None:
         delay = 0.2
         while self._producer is None:
-            # acks=all, no idempotent mode: see workers.runtime.kafka.make_producer for why.
+            # acks=all; idempotent only when asked: see workers.runtime.kafka.make_producer.
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._bootstrap,
                 client_id=self._client_id,
                 acks="all",
-                enable_idempotence=False,
+                enable_idempotence=self._idempotent,
+                metadata_max_age_ms=int(self._metadata_max_age_s * 1000),
                 linger_ms=0,
                 request_timeout_ms=int(self._timeout_s * 1000),
             )

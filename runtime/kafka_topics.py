@@ -18,10 +18,21 @@ from schemas.topics import REGISTRY, TopicSpec, all_topics
 log = logging.getLogger("turnstream.topics")
 
 
+def min_insync_replicas(replication_factor: int) -> int:
+    """Acknowledged writes (acks=all) survive the loss of any one copy: at 3 copies a write
+    needs 2, and one broker down (killed, paused, restarting) stops nothing."""
+    return max(1, replication_factor - 1)
+
+
 async def ensure_topics(
-    bootstrap: str, namespace: str = "", specs: tuple[TopicSpec, ...] = REGISTRY
+    bootstrap: str,
+    namespace: str = "",
+    specs: tuple[TopicSpec, ...] = REGISTRY,
+    *,
+    replication_factor: int = 1,
 ) -> list[str]:
-    """Make every topic of `specs` exist with at least its partitions; return created names."""
+    """Make every topic of `specs` exist with at least its partitions, `replication_factor`
+    copies of each; return the created names."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
     await admin.start()
     try:
@@ -31,8 +42,11 @@ async def ensure_topics(
             NewTopic(
                 name=name,
                 num_partitions=spec.partitions,
-                replication_factor=1,
-                topic_configs={"retention.ms": str(spec.retention_ms)},
+                replication_factor=replication_factor,
+                topic_configs={
+                    "retention.ms": str(spec.retention_ms),
+                    "min.insync.replicas": str(min_insync_replicas(replication_factor)),
+                },
             )
             for name, spec in wanted.items()
             if name not in existing
@@ -65,11 +79,21 @@ def main() -> None:
     parser.add_argument("--bootstrap", default=settings.kafka_bootstrap)
     args = parser.parse_args()
     specs = all_topics(settings.pool_names)
-    created = asyncio.run(ensure_topics(args.bootstrap, args.namespace, specs))
+    created = asyncio.run(
+        ensure_topics(
+            args.bootstrap,
+            args.namespace,
+            specs,
+            replication_factor=settings.kafka_replication_factor,
+        )
+    )
     for spec in specs:
         name = spec.full_name(args.namespace)
         state = "created" if name in created else "present"
-        print(f"  {name:32} partitions={spec.partitions:<3} {state}")
+        print(
+            f"  {name:32} partitions={spec.partitions:<3} "
+            f"replicas={settings.kafka_replication_factor} {state}"
+        )
 
 
 if __name__ == "__main__":

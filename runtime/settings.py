@@ -37,6 +37,28 @@ class Settings:
     kafka_bootstrap: str = _var(
         "TURNSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092", "Kafka bootstrap servers."
     )
+    kafka_replication_factor: int = _var(
+        "TURNSTREAM_KAFKA_REPLICATION_FACTOR",
+        1,
+        "Copies of every topic's partitions (topics are created with it, and with "
+        "min.insync.replicas one less, at least 1); the local scripts start that many "
+        "brokers (a KRaft cluster at 3: list all three in TURNSTREAM_KAFKA_BOOTSTRAP).",
+    )
+    kafka_metadata_max_age_s: float = _var(
+        "TURNSTREAM_KAFKA_METADATA_MAX_AGE_S",
+        3.0,
+        "How often every Kafka client re-reads the cluster's metadata: how soon it follows "
+        "a partition whose leader moved while its requests to the old leader still hang (a "
+        "paused broker answers nothing); a metadata request each time (Kafka's default, 5 "
+        "minutes, is tuned for clusters that never pause).",
+    )
+    kafka_idempotent: bool = _var(
+        "TURNSTREAM_KAFKA_IDEMPOTENT",
+        False,
+        "Kafka's idempotent producers (no duplicate record when a send is retried across a "
+        "leader's failover); off on one broker, where duplicates are already harmless "
+        "(consumers dedupe on turn ids) and the mode costs latency (docs/reliability.md).",
+    )
     redis_url: str = _var("TURNSTREAM_REDIS_URL", "redis://127.0.0.1:16379/0", "Redis URL.")
     namespace: str = _var(
         "TURNSTREAM_NAMESPACE", "", "Prefix of topics and Redis keys (isolates tests, replays)."

@@ -31,11 +31,22 @@ def make_app(settings: Settings, name: str) -> faust.App:
         web_enabled=False,
         topic_partitions=TURNS_SUBMITTED.partitions,
         producer_acks=-1,
+        # its changelog and repartition topics as many copies as ours
+        topic_replication_factor=settings.kafka_replication_factor,
         consumer_auto_offset_reset="earliest",
         processing_guarantee="at_least_once",
         # a killed job's partitions move after this, not faust's default 60 s
         broker_session_timeout=settings.kafka_session_timeout_s,
         broker_heartbeat_interval=settings.kafka_session_timeout_s / 3,
+        # ... and a silent broker is given up as soon (faust's default waits 90 s): its
+        # fetches time out and the partitions move to their new leaders
+        broker_request_timeout=settings.kafka_session_timeout_s,
+        # its sends too (faust's default waits 20 minutes for a silent broker's answer; a
+        # send that times out is retried, on the new leader once the metadata shows it)
+        producer_request_timeout=settings.kafka_session_timeout_s,
+        # ... and follow moved partition leaders as soon as ours (make_consumer)
+        consumer_metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
+        producer_metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
         key_serializer="raw",
         value_serializer="raw",
     )

@@ -75,6 +75,8 @@ class EdgeServer:
             TURNS_SUBMITTED.full_name(settings.namespace),
             client_id=self.edge_id,
             timeout_s=settings.publish_timeout_s,
+            idempotent=settings.kafka_idempotent,
+            metadata_max_age_s=settings.kafka_metadata_max_age_s,
         )
         self.relay = RelaySubscriber(
             self.redis,

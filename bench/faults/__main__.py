@@ -13,6 +13,14 @@ steady load of multi-turn conversations, then one fault at a time:
     assembly-kill    kill -9 the assembly faust job, restart it
     traces-kill      kill -9 the traces faust job, restart it
 
+With --cluster, Kafka is a replicated 3-broker KRaft cluster (replication factor 3,
+min.insync.replicas 2, acks=all, idempotent producers), and the faults are its own:
+
+    broker-leader-kill      kill -9 the broker leading the busiest partitions, restart it
+    broker-pause            SIGSTOP that broker for 30 s, SIGCONT
+    broker-rolling-restart  restart the three one by one, each back in sync before the next
+    controller-loss         kill -9 the active KRaft controller, restart it
+
 and for each: every accepted turn ended exactly once at its client (completed, or an
 explicit error), nothing was answered twice, streamed text is whole, every accepted turn is
 once in `turns.completed` and once in ClickHouse `traces`. Prints the fault table and writes
@@ -21,6 +29,7 @@ Exit status 1 when a scenario's books do not balance.
 
     python -m bench.faults                                   # all faults, ~12 min on 2 cores
     python -m bench.faults --scenarios worker-kill edge-kill --duration-s 20
+    python -m bench.faults --cluster                         # the cluster's faults, ~6 min
 """
 
 from __future__ import annotations
@@ -32,15 +41,23 @@ import sys
 
 from bench.faults.load import LoadConfig
 from bench.faults.report import details, plot, table, to_json, write_json
-from bench.faults.runner import SuiteOptions, run_suite
-from bench.faults.scenarios import SCENARIOS
+from bench.faults.runner import ALL_SCENARIOS, SuiteOptions, run_suite
+from bench.faults.scenarios import CLUSTER_SCENARIOS, SCENARIOS
 
 
 def parse(argv: list[str] | None = None) -> SuiteOptions:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        choices=list(ALL_SCENARIOS),
+        help="default: the seven, or with --cluster the cluster's four",
+    )
+    parser.add_argument(
+        "--cluster", action="store_true", help="a replicated 3-broker Kafka cluster"
+    )
     parser.add_argument("--turns-per-s", type=float, default=4.0, help="the load, all users")
     parser.add_argument("--users", type=int, default=8, help="concurrent clients")
     parser.add_argument(
@@ -52,8 +69,10 @@ def parse(argv: list[str] | None = None) -> SuiteOptions:
     parser.add_argument("--engine", choices=["fake", "vllm"], default="fake")
     parser.add_argument("--keep-home", action="store_true", help="keep the logs of the run")
     args = parser.parse_args(argv)
+    default = CLUSTER_SCENARIOS if args.cluster else SCENARIOS
     return SuiteOptions(
-        scenarios=tuple(args.scenarios),
+        scenarios=tuple(args.scenarios or default),
+        cluster=args.cluster,
         load=LoadConfig(users=args.users, turns_per_s=args.turns_per_s),
         engine=args.engine,
         warmup_s=args.duration_s * 0.4,
@@ -74,8 +93,9 @@ def main() -> None:
     print(table(results))
     print()
     print(details(results))
-    json_path = write_json(to_json(options, results))
-    figure = plot(results)
+    name = "faults-cluster" if options.cluster else "faults"
+    json_path = write_json(to_json(options, results), name)
+    figure = plot(results, name)
     print(f"\n{json_path}\n{figure}")
     sys.exit(0 if all(r.ok for r in results) else 1)
 

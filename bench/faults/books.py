@@ -312,6 +312,31 @@ def recovery_s(verdicts: Iterable[Verdict], fault_at: float, healed_at: float) -
     return max(max(v.ended_at for v in touched if v.ended_at is not None) - fault_at, 0.0)
 
 
+def open_at(verdicts: Iterable[Verdict], at: float) -> int:
+    """Accepted turns open at `at`: created before it, ended after it (or never)."""
+    return sum(
+        1
+        for v in verdicts
+        if v.accepted and v.created_at <= at and (v.ended_at is None or v.ended_at > at)
+    )
+
+
+def slowest_touched_s(verdicts: Iterable[Verdict], fault_at: float, healed_at: float) -> float:
+    """The longest a turn the fault could touch took, from its creation to its end: what a
+    client lived, whatever the outage's length (a cluster that fails over well keeps it
+    near an undisturbed turn's). NaN when one never ended."""
+    touched = [
+        v
+        for v in verdicts
+        if v.accepted
+        and v.created_at <= healed_at
+        and (v.ended_at is None or v.ended_at >= fault_at)
+    ]
+    if any(v.ended_at is None for v in touched):
+        return math.nan
+    return max((v.ended_at - v.created_at for v in touched if v.ended_at is not None), default=0.0)
+
+
 def verdicts_of(
     histories: Iterable[TurnHistory],
     completions: Mapping[str, Sequence[Completion]],

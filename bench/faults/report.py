@@ -14,8 +14,8 @@ from bench.plotting import RESULTS, save_figure
 
 HEADER = (
     "| fault | accepted | completed | clear errors | refused (clear) | lost | answered twice "
-    "| decided twice | texts whole | traces = accepted | recovered in | books |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| decided twice | texts whole | traces = accepted | recovered in | slowest turn | books |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -33,10 +33,11 @@ def table(results: list[ScenarioResult]) -> str:
         recovered = "never" if math.isnan(r.recovery_s) else f"{r.recovery_s:.1f} s"
         traces = f"{b.traces}/{b.accepted}" + (" ✓" if b.traces_match else " ✗")
         books = "balanced" if r.ok else "**not balanced**"
+        slowest = "never" if math.isnan(r.slowest_turn_s) else f"{r.slowest_turn_s:.1f} s"
         lines.append(
             f"| {r.fault} | {b.accepted} | {b.completed} | {errors} | {refused} | {b.lost} "
             f"| {b.answered_twice} | {b.recorded_twice} | {whole}/{b.accepted} | {traces} "
-            f"| {recovered} | {books} |"
+            f"| {recovered} | {slowest} | {books} |"
         )
     return "\n".join(lines)
 
@@ -50,6 +51,10 @@ def details(results: list[ScenarioResult]) -> str:
             f"{b.restarted} answers restarted on another worker",
             f"{b.resumed} resumed after a reconnect",
         ]
+        parts += [f"struck {s}" for s in r.struck]
+        parts.append(f"{r.open_at_fault} accepted turns open when it struck")
+        if r.settled_s is not None:
+            parts.append(f"every partition in sync {r.settled_s:.1f} s after the heal")
         if r.streaming_at_fault is not None:
             parts.append(f"{r.streaming_at_fault} answers streaming when it struck")
         if b.phantoms:
@@ -81,6 +86,10 @@ def to_json(options: SuiteOptions, results: list[ScenarioResult]) -> dict[str, A
                 "books": dataclasses.asdict(r.books),
                 "traces_match": r.books.traces_match,
                 "recovery_s": None if math.isnan(r.recovery_s) else r.recovery_s,
+                "slowest_turn_s": None if math.isnan(r.slowest_turn_s) else r.slowest_turn_s,
+                "open_at_fault": r.open_at_fault,
+                "settled_s": r.settled_s,
+                "struck": r.struck,
                 "started_at": r.started_at,
                 "fault_at": r.fault_at,
                 "healed_at": r.healed_at,

@@ -26,25 +26,29 @@ from bench.faults.books import (
     Verdict,
     balance,
     history_breaks,
+    open_at,
     recovery_s,
+    slowest_touched_s,
     verdicts_of,
     was_accepted,
 )
 from bench.faults.load import Clock, LoadConfig, run_load
 from bench.faults.records import completions, wait_for_traces
 from bench.faults.scenarios import (
+    CLUSTER_SCENARIOS,
     SCENARIOS,
     FaultContext,
     Scenario,
     wait_until_streaming,
     wait_until_worker_busy,
 )
-from bench.faults.services import IsolatedServices, isolated_services
+from bench.faults.services import CLUSTER_NODES, IsolatedServices, isolated_services
 from bench.faults.stack import FaultStack, roles
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir
 
 Progress = Callable[[str], None]
+ALL_SCENARIOS = {**SCENARIOS, **CLUSTER_SCENARIOS}
 
 
 def stderr_progress(text: str) -> None:
@@ -62,6 +66,7 @@ class SuiteOptions:
     workers: int = 2
     edges: int = 2
     keep_home: bool = False  # keep the run's TURNSTREAM_HOME (logs) after it
+    cluster: bool = False  # a replicated 3-broker KRaft cluster instead of one broker
 
 
 @dataclass
@@ -76,6 +81,10 @@ class ScenarioResult:
     ended_at: float
     streaming_at_fault: int | None
     history_breaks: int
+    slowest_turn_s: float = 0.0  # the longest a turn the fault touched took
+    open_at_fault: int = 0  # accepted turns open when it struck
+    settled_s: float | None = None  # after the heal, until its traces were gone (in sync)
+    struck: list[str] = field(default_factory=list)  # what the fault hit, in words
     fault_hit: bool | None = None  # the books show it struck work in flight (None: no check)
     notes: list[str] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -102,12 +111,21 @@ def suite_env(options: SuiteOptions) -> dict[str, str]:
 async def run_suite(
     options: SuiteOptions, progress: Progress = stderr_progress
 ) -> list[ScenarioResult]:
-    unknown = [s for s in options.scenarios if s not in SCENARIOS]
+    unknown = [s for s in options.scenarios if s not in ALL_SCENARIOS]
     if unknown:
-        raise ValueError(f"unknown scenarios {unknown}; known: {list(SCENARIOS)}")
+        raise ValueError(f"unknown scenarios {unknown}; known: {list(ALL_SCENARIOS)}")
+    needs_cluster = [s for s in options.scenarios if ALL_SCENARIOS[s].cluster]
+    if needs_cluster and not options.cluster:
+        raise ValueError(f"{needs_cluster} need the replicated cluster (--cluster)")
     clock = Clock()
-    progress("starting Kafka, Redis and the ClickHouse migrations (isolated, own ports)...")
-    services_cm = isolated_services(options.edges, suite_env(options), keep_home=options.keep_home)
+    kafka = f"a {CLUSTER_NODES}-broker Kafka cluster" if options.cluster else "Kafka"
+    progress(f"starting {kafka}, Redis and the ClickHouse migrations (isolated, own ports)...")
+    services_cm = isolated_services(
+        options.edges,
+        suite_env(options),
+        keep_home=options.keep_home,
+        kafka_nodes=CLUSTER_NODES if options.cluster else 1,
+    )
     services: IsolatedServices = await asyncio.to_thread(services_cm.__enter__)
     results: list[ScenarioResult] = []
     try:
@@ -126,7 +144,7 @@ async def run_suite(
         try:
             for name in options.scenarios:
                 result = await run_scenario(
-                    SCENARIOS[name], FaultContext(stack, services, []), options, clock, progress
+                    ALL_SCENARIOS[name], FaultContext(stack, services, []), options, clock, progress
                 )
                 results.append(result)
         finally:
@@ -155,23 +173,10 @@ async def run_scenario(
         urls, ctx.services.settings.auth_secret, scenario.name, options.load, clock, histories, stop
     )
     ticker = asyncio.create_task(_tick(tag, histories, clock, progress))
-    streaming: int | None = None
     try:
         await asyncio.sleep(options.warmup_s)
-        if scenario.wait_mid_stream:
-            streaming = await asyncio.to_thread(wait_until_streaming, ctx, scenario)
-        if scenario.busy_worker is not None:
-            held = await asyncio.to_thread(wait_until_worker_busy, ctx, scenario.busy_worker)
-            progress(f"{tag} {scenario.busy_worker} holds {held} answers in flight")
-        fault_at = clock.now()
-        streaming_note = "" if streaming is None else f" ({streaming} answers streaming)"
-        progress(f"{tag} fault at {fault_at:.1f} s{streaming_note}")
-        await asyncio.to_thread(scenario.inject, ctx)
-        await asyncio.sleep(scenario.outage_s)
-        await asyncio.to_thread(scenario.heal, ctx)
-        healed_at = clock.now()
-        progress(f"{tag} healed at {healed_at:.1f} s ({healed_at - fault_at:.1f} s after it)")
-        await asyncio.sleep(options.after_s)
+        timeline = await _strike(scenario, ctx, clock, lambda line: progress(f"{tag} {line}"))
+        await asyncio.sleep(max(0.0, options.after_s - (timeline.settled_s or 0.0)))
     finally:
         stop.set()
         progress(f"{tag} load stopped; waiting for open turns to end")
@@ -191,6 +196,11 @@ async def run_scenario(
     )
     verdicts = verdicts_of(histories, records, traces)
     books = balance(verdicts)
+    fault_at, healed_at = timeline.fault_at, timeline.healed_at
+    open_then = open_at(verdicts, fault_at)
+    fault_hit = None if scenario.hit is None else scenario.hit(books)
+    if scenario.hit_open_turns:
+        fault_hit = fault_hit is not False and open_then > 0
     notes = []
     died = ctx.stack.exited()
     if died:
@@ -205,15 +215,55 @@ async def run_scenario(
         fault_at=fault_at,
         healed_at=healed_at,
         ended_at=ended_at,
-        streaming_at_fault=streaming,
+        streaming_at_fault=timeline.streaming,
         history_breaks=history_breaks(histories, verdicts) if options.engine == "fake" else 0,
-        fault_hit=None if scenario.hit is None else scenario.hit(books),
+        slowest_turn_s=slowest_touched_s(verdicts, fault_at, healed_at),
+        open_at_fault=open_then,
+        settled_s=timeline.settled_s,
+        struck=list(ctx.struck),
+        fault_hit=fault_hit,
         notes=notes,
         verdicts=verdicts,
         histories=histories,
     )
     progress(f"{tag} {summary_line(result)}")
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    fault_at: float
+    healed_at: float
+    settled_s: float | None  # after the heal, until its traces were gone
+    streaming: int | None  # answers streaming when it struck (for mid-stream faults)
+
+
+async def _strike(
+    scenario: Scenario, ctx: FaultContext, clock: Clock, progress: Progress
+) -> Timeline:
+    """Wait for what the fault must hit, cause it, keep it the outage, heal it, settle."""
+    streaming: int | None = None
+    if scenario.wait_mid_stream:
+        streaming = await asyncio.to_thread(wait_until_streaming, ctx, scenario)
+    if scenario.busy_worker is not None:
+        held = await asyncio.to_thread(wait_until_worker_busy, ctx, scenario.busy_worker)
+        progress(f"{scenario.busy_worker} holds {held} answers in flight")
+    fault_at = clock.now()
+    streaming_note = "" if streaming is None else f" ({streaming} answers streaming)"
+    progress(f"fault at {fault_at:.1f} s{streaming_note}")
+    await asyncio.to_thread(scenario.inject, ctx)
+    for line in ctx.struck:
+        progress(f"struck {line}")
+    await asyncio.sleep(scenario.outage_s)
+    await asyncio.to_thread(scenario.heal, ctx)
+    healed_at = clock.now()
+    progress(f"healed at {healed_at:.1f} s ({healed_at - fault_at:.1f} s after it)")
+    settled_s = None
+    if scenario.settle is not None:
+        await asyncio.to_thread(scenario.settle, ctx)
+        settled_s = clock.now() - healed_at
+        progress(f"settled {settled_s:.1f} s after the heal")
+    return Timeline(fault_at, healed_at, settled_s, streaming)
 
 
 def summary_line(result: ScenarioResult) -> str:
@@ -224,7 +274,7 @@ def summary_line(result: ScenarioResult) -> str:
         f"errors, {b.refused} refused, {b.lost} lost, {b.answered_twice} answered twice "
         f"({b.recorded_twice} decided twice, {b.resent} re-sent), "
         f"{b.text_mismatches} texts not whole, traces {b.traces}/{b.accepted}, "
-        f"recovered in {result.recovery_s:.1f} s"
+        f"recovered in {result.recovery_s:.1f} s, slowest turn {result.slowest_turn_s:.1f} s"
         + ("; the fault hit nothing in flight" if result.fault_hit is False else "")
     )
 

@@ -3,13 +3,15 @@ thread while the load goes on)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis import Redis as SyncRedis
 
 from bench.faults.books import Books, Kind, TurnHistory
+from bench.faults.cluster import busiest_leader
 from bench.faults.services import IsolatedServices
 from bench.faults.stack import FaultStack
 from schemas.channels import RedisNames
@@ -21,6 +23,8 @@ class FaultContext:
     stack: FaultStack
     services: IsolatedServices
     histories: list[TurnHistory]
+    struck: list[str] = field(default_factory=list)  # what the fault hit, in words
+    node: int | None = None  # the Kafka node a cluster fault struck
 
 
 Step = Callable[[FaultContext], None]
@@ -40,6 +44,13 @@ class Scenario:
     # what the books show when the fault hit work in flight (None: nothing to check): a
     # scenario that struck nothing proves nothing, so its books do not balance
     hit: Callable[[Books], bool] | None = None
+    # ... and for faults the clients cannot see directly (a broker of a cluster): some
+    # accepted turn was open when it struck
+    hit_open_turns: bool = False
+    # after the heal, until the fault's traces are gone (every partition in sync again);
+    # timed apart from "recovered in", which is what the clients lived
+    settle: Step | None = None
+    cluster: bool = False  # needs the replicated cluster (`--cluster`)
 
 
 def streaming_now(histories: list[TurnHistory], edge: str | None = None) -> int:
@@ -156,6 +167,104 @@ SCENARIOS: dict[str, Scenario] = {
             _kill("traces"),
             _restart("traces"),
             traces_wait_s=150.0,
+        ),
+    )
+}
+
+
+# ---- the replicated cluster's faults ------------------------------------------------------------
+def _strike_busiest_leader(sig: int) -> Step:
+    """Send `sig` to the node leading the most records of the turn topics (the controller
+    passed over: its loss is a fault of its own)."""
+
+    def strike(ctx: FaultContext) -> None:
+        cluster = ctx.services.kafka_cluster()
+        node, led, records = busiest_leader(cluster.partitions(), avoid=cluster.controller())
+        ctx.node = node
+        ctx.struck.append(f"node {node}, leader of {led} partitions ({records} records)")
+        cluster.signal(node, sig)
+
+    return strike
+
+
+def _kill_controller(ctx: FaultContext) -> None:
+    cluster = ctx.services.kafka_cluster()
+    node = cluster.controller()
+    led = sum(1 for p in cluster.partitions() if p.leader == node)
+    ctx.node = node
+    ctx.struck.append(f"node {node}, the active controller, leader of {led} partitions")
+    cluster.signal(node, signal.SIGKILL)
+
+
+def _restart_struck(ctx: FaultContext) -> None:
+    assert ctx.node is not None
+    ctx.services.kafka_cluster().start(ctx.node)
+
+
+def _resume_struck(ctx: FaultContext) -> None:
+    assert ctx.node is not None
+    ctx.services.kafka_cluster().signal(ctx.node, signal.SIGCONT)
+
+
+def _rolling_restart(ctx: FaultContext) -> None:
+    """Each node in turn: a graceful stop, a start, and every partition back in sync before
+    the next (as an operator upgrading the cluster would)."""
+    cluster = ctx.services.kafka_cluster()
+    for node in range(1, cluster.nodes + 1):
+        cluster.stop(node)
+        cluster.start(node)
+        took = cluster.wait_in_sync()
+        ctx.struck.append(f"node {node} restarted, in sync {took:.1f} s after its start")
+
+
+def _in_sync(ctx: FaultContext) -> None:
+    ctx.services.kafka_cluster().wait_in_sync()
+
+
+def _nothing(ctx: FaultContext) -> None:
+    pass
+
+
+CLUSTER_SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "broker-leader-kill",
+            "kill -9 the broker leading the busiest partitions, restart it",
+            _strike_busiest_leader(signal.SIGKILL),
+            _restart_struck,
+            outage_s=5.0,
+            hit_open_turns=True,
+            settle=_in_sync,
+            cluster=True,
+        ),
+        Scenario(
+            "broker-pause",
+            "pause the broker leading the busiest partitions (SIGSTOP) 30 s, resume it",
+            _strike_busiest_leader(signal.SIGSTOP),
+            _resume_struck,
+            outage_s=30.0,
+            hit_open_turns=True,
+            settle=_in_sync,
+            cluster=True,
+        ),
+        Scenario(
+            "broker-rolling-restart",
+            "a rolling restart of the three brokers (each back in sync before the next)",
+            _rolling_restart,
+            _nothing,
+            hit_open_turns=True,
+            cluster=True,
+        ),
+        Scenario(
+            "controller-loss",
+            "kill -9 the active KRaft controller, restart it",
+            _kill_controller,
+            _restart_struck,
+            outage_s=5.0,
+            hit_open_turns=True,
+            settle=_in_sync,
+            cluster=True,
         ),
     )
 }

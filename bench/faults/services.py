@@ -20,8 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.faults.cluster import KafkaCluster
+from bench.faults.watchdog import start_watchdog
 from infra.stack import REPO
 from runtime.settings import Settings
+from schemas.topics import all_topics
 
 INFRA = REPO / "infra"
 
@@ -47,18 +50,21 @@ def free_ports(count: int) -> int:
     raise RuntimeError(f"no {count} consecutive free ports")
 
 
+CLUSTER_NODES = 3  # a replicated cluster: replication factor 3, min.insync.replicas 2
+
+
 @dataclass(frozen=True, slots=True)
 class Ports:
-    kafka: int  # and kafka + 1, its controller
+    kafka: int  # and kafka + 1, its controller (node n of a cluster: kafka + 2(n-1), + 1)
     redis: int
     edge: int  # and the next ones, one per edge
     edge_http: int  # the edges' HTTP doors: the same, from here
     clickhouse_http: int
 
 
-def pick_ports(edges: int) -> Ports:
+def pick_ports(edges: int, kafka_nodes: int = 1) -> Ports:
     return Ports(
-        kafka=free_ports(2),
+        kafka=free_ports(2 * kafka_nodes),
         redis=free_ports(1),
         edge=free_ports(edges),
         edge_http=free_ports(edges),
@@ -70,13 +76,19 @@ class IsolatedServices:
     """Kafka, Redis (and the ClickHouse migrations) of one run; `env` is what every process
     of the run gets, so they all see these and nothing of the shared stack."""
 
-    def __init__(self, home: Path, ports: Ports, base_env: dict[str, str]) -> None:
+    def __init__(
+        self, home: Path, ports: Ports, base_env: dict[str, str], kafka_nodes: int = 1
+    ) -> None:
         self.home = home
         self.ports = ports
+        bootstrap = ",".join(f"127.0.0.1:{ports.kafka + 2 * i}" for i in range(kafka_nodes))
         self.env = {
             **base_env,
             "TURNSTREAM_HOME": str(home),
-            "TURNSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{ports.kafka}",
+            "TURNSTREAM_KAFKA_BOOTSTRAP": bootstrap,
+            "TURNSTREAM_KAFKA_REPLICATION_FACTOR": str(kafka_nodes),
+            # on a cluster a send retried across a failover must not write its record twice
+            "TURNSTREAM_KAFKA_IDEMPOTENT": "true" if kafka_nodes > 1 else "false",
             "TURNSTREAM_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
             "TURNSTREAM_EDGE_PORT": str(ports.edge),
             "TURNSTREAM_EDGE_HTTP_PORT": str(ports.edge_http),
@@ -86,6 +98,13 @@ class IsolatedServices:
             "PYTHONUNBUFFERED": "1",
         }
         self.settings = Settings.from_env(self.env)
+        namespace, pools = self.settings.namespace, self.settings.pool_names
+        topics = [t.full_name(namespace) for t in all_topics(pools)]
+        self.cluster = (
+            KafkaCluster(home, kafka_nodes, bootstrap, topics, self._run)
+            if kafka_nodes > 1
+            else None
+        )
 
     def _run(self, *script: str) -> None:
         log = self.home / "logs" / "services.log"
@@ -102,11 +121,18 @@ class IsolatedServices:
 
     def start(self) -> None:
         self._run("services.sh", "start")
+        if self.cluster is not None:
+            self.cluster.check_replicated()
 
     def stop(self) -> None:
         self._run("services.sh", "stop")
 
     # ---- the faults ------------------------------------------------------------------------
+    def kafka_cluster(self) -> KafkaCluster:
+        if self.cluster is None:
+            raise RuntimeError("this run's Kafka is one node (a cluster fault needs --cluster)")
+        return self.cluster
+
     def stop_kafka(self) -> None:
         self._run("kafka/kafka.sh", "stop")
 
@@ -132,16 +158,20 @@ def _share_kafka_jars(home: Path, developer_home: Path) -> None:
 
 @contextlib.contextmanager
 def isolated_services(
-    edges: int, extra_env: dict[str, str], *, keep_home: bool = False
+    edges: int, extra_env: dict[str, str], *, keep_home: bool = False, kafka_nodes: int = 1
 ) -> Iterator[IsolatedServices]:
     """Start them under a fresh temporary home; stop them (and remove the home unless
-    `keep_home`) however the block ends."""
+    `keep_home`) however the block ends, and, should this process die first, have its
+    watchdog do it (`bench/faults/watchdog.py`)."""
     developer = Settings.from_env()
     home = Path(tempfile.mkdtemp(prefix="turnstream-faults-"))
+    lifeline = start_watchdog(home, keep_home=keep_home)
     _share_kafka_jars(home, developer.state_path)
     # nothing of the developer's own configuration leaks in: the run sets what it needs
     base = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
-    services = IsolatedServices(home, pick_ports(edges), {**base, **extra_env})
+    services = IsolatedServices(
+        home, pick_ports(edges, kafka_nodes), {**base, **extra_env}, kafka_nodes
+    )
     try:
         services.start()
         yield services
@@ -150,3 +180,4 @@ def isolated_services(
             services.stop()
         if not keep_home:
             shutil.rmtree(home, ignore_errors=True)
+        os.close(lifeline)  # the watchdog finds nothing left and ends

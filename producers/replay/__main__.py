@@ -143,7 +143,9 @@ async def main_async(args: argparse.Namespace) -> int:
     if not conversations:
         raise SourceError(f"nothing to replay in {source}")
     settings = Settings.from_env(namespace=namespace)
-    await ensure_topics(settings.kafka_bootstrap, namespace)
+    await ensure_topics(
+        settings.kafka_bootstrap, namespace, replication_factor=settings.kafka_replication_factor
+    )
     children: list[Child] = []
     if args.start_stack:
         logs = live.state_path / "logs"

@@ -81,7 +81,7 @@ class Parts:
 @pytest.fixture
 async def parts(settings: Settings) -> AsyncIterator[Parts]:
     redis = redis_client(settings.redis_url)
-    producer = make_producer(settings.kafka_bootstrap, "outcome-test")
+    producer = make_producer(settings, "outcome-test")
     await producer.start()
     relay = RelayPublisher(redis, RedisNames.for_namespace(settings.namespace))
     sender = asyncio.create_task(relay.run())

@@ -45,15 +45,9 @@ class WorkerClients:
         worker_id = make_instance_id(role, settings.worker_id)
         names = RedisNames.for_namespace(settings.namespace)
         redis = redis_client(settings.redis_url)
-        producer = make_producer(settings.kafka_bootstrap, worker_id)
+        producer = make_producer(settings, worker_id)
         topic = source.full_name(settings.namespace)
-        consumer = make_consumer(
-            settings.kafka_bootstrap,
-            f"{topic}.{role}",
-            worker_id,
-            settings.fetch_max_wait_ms,
-            settings.kafka_session_timeout_s,
-        )
+        consumer = make_consumer(settings, f"{topic}.{role}", worker_id)
         relay = RelayPublisher(
             redis,
             names,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from runtime.settings import Settings
 from runtime.tracing.propagation import TRACEPARENT, has_context
 from runtime.tracing.spans import producing
 
@@ -40,42 +41,49 @@ def _traced(headers) -> bool:
     return bool(headers) and any(k == TRACEPARENT for k, _ in headers)
 
 
-def make_producer(bootstrap: str, client_id: str) -> AIOKafkaProducer:
+def make_producer(settings: Settings, client_id: str) -> AIOKafkaProducer:
     """acks=all, no linger: an event is durable before anyone is told it was sent.
 
-    Not Kafka's idempotent producer: duplicates are already harmless (events carry turn ids
-    and consumers dedupe on them), and aiokafka's idempotent mode serialises in-flight
+    Kafka's idempotent producer only when asked (TURNSTREAM_KAFKA_IDEMPOTENT, for a
+    replicated cluster, where a send retried across a leader's failover would otherwise
+    write its record twice): duplicates are harmless anyway (events carry turn ids and
+    consumers dedupe on them), and aiokafka's idempotent mode serialises in-flight
     requests, which cost 8 ms p50 / 25 ms p99 per send under a 128-turn burst here (vs
     2 / 5 ms). Order per conversation is kept by the senders (one send in flight each).
     """
     return TracedProducer(
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=settings.kafka_bootstrap,
         client_id=client_id,
         acks="all",
-        enable_idempotence=False,
+        enable_idempotence=settings.kafka_idempotent,
         linger_ms=0,
         request_timeout_ms=10000,
+        metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
     )
 
 
-def make_consumer(
-    bootstrap: str,
-    group_id: str,
-    client_id: str,
-    fetch_max_wait_ms: int,
-    session_timeout_s: float,
-) -> AIOKafkaConsumer:
-    """Manual commits (see `ConsumerLoop`), short fetch waits on latency paths; a member
-    silent for `session_timeout_s` (a killed worker) loses its partitions to the others."""
-    session_ms = int(session_timeout_s * 1000)
+def make_consumer(settings: Settings, group_id: str, client_id: str) -> AIOKafkaConsumer:
+    """Manual commits (see `ConsumerLoop`), short fetch waits on latency paths
+    (TURNSTREAM_FETCH_MAX_WAIT_MS).
+
+    A member silent for the session timeout (a killed worker) loses its partitions to the
+    others, and a broker silent as long (paused, cut off) is given up: its requests time
+    out. Metadata is re-read every TURNSTREAM_KAFKA_METADATA_MAX_AGE_S, so partitions whose
+    leader moved (the controller fences a silent broker within seconds) are fetched from
+    the new leader while a request to the old one still hangs (aiokafka's defaults, 40 s
+    and 5 minutes, held turns through a whole 30 s pause of a cluster's broker).
+    """
+    session_ms = int(settings.kafka_session_timeout_s * 1000)
     return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=settings.kafka_bootstrap,
         group_id=group_id,
         client_id=client_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=fetch_max_wait_ms,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
         max_poll_interval_ms=600_000,
         session_timeout_ms=session_ms,
         heartbeat_interval_ms=max(session_ms // 3, 100),
+        request_timeout_ms=session_ms,
+        metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
     )

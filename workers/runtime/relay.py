@@ -40,7 +40,8 @@ log = logging.getLogger("turnstream.relay")
 MAX_REMEMBERED_TURNS = 10_000  # TTL refresh times kept before the stale ones are dropped
 
 
-# KEYS: the turn's log, epochs hash, watchers set. ARGV: the accepting edge's channel, the
+# KEYS: the turn's log, epochs hash (also the streaming attempt's heartbeat, `beat`, pushed
+# with the TTL), watchers set. ARGV: the accepting edge's channel, the
 # log's cap, its TTL while live and once finished, whether to push the live TTL forward
 # ('1': the relay does it every few seconds per turn, not per token), then (kind, payload) per frame
 # (kinds: `schemas.turn_log`). Frames of an attempt whose epoch the log has moved past (a
@@ -98,6 +99,10 @@ end
 if logged and (finished or refresh) then
   redis.call('EXPIRE', log, finished and done_ttl or live_ttl)
   redis.call('EXPIRE', epochs, live_ttl)
+  -- the attempt's heartbeat (ms): a worker handed the turn while this one still streams
+  -- (a false failover) waits for it instead of restarting the answer (attempt_lease.py)
+  local now = redis.call('TIME')
+  redis.call('HSET', epochs, 'beat', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
 end
 if #items == 0 then return 0 end
 local message = '[' .. table.concat(items, ',') .. ']'
@@ -159,6 +164,12 @@ class RelayPublisher:
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+
+    @property
+    def attempt_lease_s(self) -> float:
+        """How long an attempt's heartbeat (`beat`, set with each TTL push, so at least every
+        `ttl_refresh_s` while it streams) says it is alive: a refresh period and a half."""
+        return 1.5 * self._limits.ttl_refresh_s
 
     def publish(self, channel: str, event: Event) -> None:
         """Queue a frame (token chunks: losing one to a crash is repaired by redelivery)."""

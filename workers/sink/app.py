@@ -115,7 +115,7 @@ async def run_sink(
     client = client or connect(settings)
     await asyncio.to_thread(migrate, client)
     sink_id = make_instance_id("sink", settings.worker_id)
-    producer = make_producer(settings.kafka_bootstrap, sink_id)
+    producer = make_producer(settings, sink_id)
     await producer.start()
     sinks: dict[str, ClickHouseSink] = {}
     consumers = []
@@ -124,13 +124,7 @@ async def run_sink(
         for name in routes:
             sources, spec = ROUTES[name]
             topics = [source.full_name(settings.namespace) for source in sources]
-            consumer = make_consumer(
-                settings.kafka_bootstrap,
-                route_group(settings.namespace, name),
-                sink_id,
-                settings.fetch_max_wait_ms,
-                settings.kafka_session_timeout_s,
-            )
+            consumer = make_consumer(settings, route_group(settings.namespace, name), sink_id)
             await consumer.start()
             consumers.append(consumer)
             sinks[name] = ClickHouseSink(

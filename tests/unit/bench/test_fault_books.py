@@ -12,7 +12,9 @@ from bench.faults.books import (
     balance,
     history_breaks,
     judge,
+    open_at,
     recovery_s,
+    slowest_touched_s,
     verdicts_of,
     was_accepted,
 )
@@ -196,6 +198,24 @@ def test_recovery_lasts_until_every_turn_the_fault_touched_ended():
     assert recovery_s([before], fault_at=6.0, healed_at=7.0) == 0.0  # ended before it
     lost = judge(turn(*CLEAN[:3]), [], 0)
     assert math.isnan(recovery_s([before, lost], fault_at=2.0, healed_at=3.0))
+
+
+def test_turns_open_at_a_moment_are_those_accepted_before_and_ended_after_it():
+    clean = judge(turn(*CLEAN), [ANSWER], 1)  # created 0, ended 5
+    assert open_at([clean], 2.0) == 1
+    assert open_at([clean], 5.0) == 0  # it ended then
+    refused = judge(turn((Kind.CREATE,), (Kind.REFUSED, {"code": "broker_unavailable"})), [], 0)
+    assert open_at([refused], 0.5) == 0  # never accepted: nothing was open
+    lost = judge(turn(*CLEAN[:3]), [], 0)
+    assert open_at([lost], 100.0) == 1
+
+
+def test_the_slowest_touched_turn_is_measured_from_its_creation_whatever_the_outage():
+    clean = judge(turn(*CLEAN), [ANSWER], 1)  # took 5 s
+    assert slowest_touched_s([clean], fault_at=2.0, healed_at=40.0) == 5.0
+    assert slowest_touched_s([clean], fault_at=6.0, healed_at=7.0) == 0.0  # untouched
+    lost = judge(turn(*CLEAN[:3]), [], 0)
+    assert math.isnan(slowest_touched_s([clean, lost], fault_at=2.0, healed_at=3.0))
 
 
 def test_verdicts_find_each_turns_records_by_its_id():

@@ -201,8 +201,8 @@ def consumptions(module: str, settings: Settings, monkeypatch: pytest.MonkeyPatc
 
         app = importlib.import_module(f"{module}.app")
         groups: list[str] = []
-        monkeypatch.setattr(clients, "make_consumer", lambda b, g, *_: groups.append(g))
-        monkeypatch.setattr(clients, "make_producer", lambda b, c: None)
+        monkeypatch.setattr(clients, "make_consumer", lambda s, g, c: groups.append(g))
+        monkeypatch.setattr(clients, "make_producer", lambda s, c: None)
         built = clients.WorkerClients.build(
             settings, app.CONSUMER_GROUP, worker_source(module)(settings)
         )

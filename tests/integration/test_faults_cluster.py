@@ -1,0 +1,51 @@
+"""The replicated cluster's faults in reduced form (`python -m bench.faults --cluster` is the
+full one): a 3-broker KRaft cluster of the run's own (replication factor 3,
+min.insync.replicas 2, acks=all, idempotent producers), the real roles as processes, a
+short load, and each of its four faults — kill -9 the broker leading the busiest
+partitions, SIGSTOP it for 30 s, a rolling restart of the three, kill -9 the active
+controller. After each: every accepted turn ended once at its client, nothing answered or
+decided twice, streamed texts whole, every answer recorded as its client saw it and traced
+once, turns were open when the fault struck, and every partition came back in sync.
+
+~4 min on 2 cores (the pause is 30 s; the rolling restart waits for each node to catch up)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.faults.load import LoadConfig
+from bench.faults.report import table
+from bench.faults.runner import SuiteOptions, failures, run_suite
+from bench.faults.scenarios import CLUSTER_SCENARIOS
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(900)  # a bound, not a target: three JVMs and the stack on 2 cores
+async def test_the_books_balance_when_the_cluster_loses_a_broker():
+    options = SuiteOptions(
+        scenarios=tuple(CLUSTER_SCENARIOS),
+        load=LoadConfig(users=4, turns_per_s=3.0, turns_per_conversation=3),
+        token_interval_ms=40.0,
+        warmup_s=4.0,
+        after_s=4.0,
+        cluster=True,
+    )
+    results = await run_suite(options, progress=print)
+    print(table(results))
+    assert [r.name for r in results] == list(CLUSTER_SCENARIOS)
+    for result in results:
+        books = result.books
+        context = f"{result.name}: {failures(result)}"
+        assert books.accepted > 0, context
+        assert books.lost == 0 and not math.isnan(result.recovery_s), context
+        assert books.answered_twice == 0 and books.recorded_twice == 0, context
+        assert books.not_as_recorded == 0 and books.unrecorded == 0, context
+        assert books.text_mismatches == 0 and books.duplicate_frames == 0, context
+        assert books.traces_match, context
+        assert result.history_breaks == 0, context
+        assert books.balanced and not result.notes, context
+        assert result.open_at_fault > 0 and result.fault_hit, f"{result.name} hit nothing"
+        assert result.struck, f"{result.name}: no node named as struck"
