@@ -59,12 +59,14 @@ PROMPTS = (
 
 
 class Watch:
-    """Samples CPU and memory of named processes once a second, in a thread-free loop."""
+    """Samples CPU, memory and open file descriptors of named processes once a second, in a
+    thread-free loop."""
 
     def __init__(self, processes: dict[str, psutil.Process]) -> None:
         self.processes = processes
         self.cpu: dict[str, list[float]] = defaultdict(list)
         self.rss: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self.fds: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.started = time.monotonic()
         for proc in processes.values():
             with contextlib.suppress(psutil.Error):
@@ -78,6 +80,7 @@ class Watch:
                 try:
                     self.cpu[name].append(proc.cpu_percent(None))
                     self.rss[name].append((now, proc.memory_info().rss / 2**20))
+                    self.fds[name].append((now, float(proc.num_fds())))
                 except psutil.Error:
                     continue
 
@@ -90,6 +93,38 @@ class Watch:
 
     def marks(self) -> dict[str, int]:
         return {name: len(values) for name, values in self.cpu.items()}
+
+
+async def watch_lag(
+    bootstrap: str, namespace: str, samples: list[tuple[float, float]], every_s: float = 15.0
+) -> None:
+    """Every `every_s`, the records the run's consumer groups (those of its namespace) have
+    not committed yet, all topics and partitions summed: a lag that grows is a stage that
+    falls behind even while latency still looks fine."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    ends = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await admin.start()
+    await ends.start()
+    started = time.monotonic()
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            groups = [g for g, _ in await admin.list_consumer_groups() if g.startswith(namespace)]
+            committed = {}
+            for group in groups:
+                offsets = await admin.list_consumer_group_offsets(group)
+                committed |= {(group, tp): meta.offset for tp, meta in offsets.items()}
+            if not committed:
+                continue
+            highs = await ends.end_offsets(list({tp for _, tp in committed}))
+            behind = sum(max(0, highs[tp] - offset) for (_, tp), offset in committed.items())
+            samples.append((time.monotonic() - started, float(behind)))
+    finally:
+        await ends.stop()
+        await admin.close()
 
 
 def watched_processes(children: list[Child], home: Path) -> dict[str, psutil.Process]:
@@ -235,22 +270,49 @@ def plot_ramp(steps: list[Step], out: Path, title: str) -> None:
     plt.close(fig)
 
 
-def plot_soak(rss: dict[str, list[tuple[float, float]]], out: Path, title: str) -> None:
+def plot_soak(
+    rss: dict[str, list[tuple[float, float]]],
+    out: Path,
+    title: str,
+    *,
+    fds: dict[str, list[tuple[float, float]]] | None = None,
+    lag: list[tuple[float, float]] | None = None,
+) -> None:
+    """Memory per process; with them, open file descriptors per process and the consumer
+    groups' lag, each against minutes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    panels = 1 + (fds is not None) + (lag is not None)
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 3.6 * panels), sharex=True, squeeze=False)
+    column = [row[0] for row in axes]
+    ax = column[0]
     for name, samples in sorted(rss.items()):
         if samples:
             ax.plot([t / 60 for t, _ in samples], [m for _, m in samples], label=name)
-    ax.set_xlabel("minutes")
     ax.set_ylabel("resident memory (MiB)")
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(title)
+    next_panel = 1
+    if fds is not None:
+        ax = column[next_panel]
+        next_panel += 1
+        for name, samples in sorted(fds.items()):
+            if samples:
+                ax.plot([t / 60 for t, _ in samples], [n for _, n in samples], label=name)
+        ax.set_ylabel("open file descriptors")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    if lag is not None:
+        ax = column[next_panel]
+        ax.plot([t / 60 for t, _ in lag], [n for _, n in lag], color="tab:red")
+        ax.set_ylabel("consumer lag (records, all groups)")
+        ax.grid(alpha=0.3)
+    column[-1].set_xlabel("minutes")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -289,7 +351,16 @@ async def run(args: argparse.Namespace) -> dict:
             if args.mode == "ramp":
                 result |= await ramp(args, load, watch, children)
             else:
-                result |= await soak(args, load, watch)
+                lag: list[tuple[float, float]] = []
+                lag_watch = asyncio.create_task(
+                    watch_lag(settings.kafka_bootstrap, settings.namespace, lag)
+                )
+                try:
+                    result |= await soak(args, load, watch, lag)
+                finally:
+                    lag_watch.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await lag_watch
     finally:
         watcher.cancel()
         await asyncio.to_thread(stop_roles, children)
@@ -371,7 +442,7 @@ async def ramp(args, load: Load, watch: Watch, children: list[Child]) -> dict:
     }
 
 
-async def soak(args, load: Load, watch: Watch) -> dict:
+async def soak(args, load: Load, watch: Watch, lag: list[tuple[float, float]]) -> dict:
     started = time.monotonic()
     total = Step(rate=args.rate, seconds=0)
     minutes = max(1, math.ceil(args.duration_s / 60))
@@ -388,27 +459,43 @@ async def soak(args, load: Load, watch: Watch) -> dict:
         rss = ", ".join(
             f"{name} {samples[-1][1]:.0f}" for name, samples in sorted(watch.rss.items()) if samples
         )
+        behind = f"; lag {lag[-1][1]:.0f} records" if lag else ""
         print(
             f"[{minute + 1}/{minutes} min] {step.completed}/{step.offered} turns, "
-            f"TTFT p99 {percentile(step.ttft_ms, 99):.0f} ms; RSS MiB: {rss}",
+            f"TTFT p99 {percentile(step.ttft_ms, 99):.0f} ms{behind}; RSS MiB: {rss}",
             flush=True,
         )
     growth = {name: growth_per_minute(samples) for name, samples in watch.rss.items()}
     ok = {name: bounded(s, max_mib_per_min=args.max_growth) for name, s in watch.rss.items()}
+    fd_growth = {name: growth_per_minute(samples) for name, samples in watch.fds.items()}
+    lag_growth = growth_per_minute(lag)
     print(f"\nsoak: {time.monotonic() - started:.0f} s at {args.rate} turns/s")
-    print(f"{'process':>20} {'start MiB':>10} {'end MiB':>8} {'MiB/min (2nd half)':>19}")
+    print(
+        f"{'process':>20} {'start MiB':>10} {'end MiB':>8} {'MiB/min (2nd half)':>19} "
+        f"{'fds start':>10} {'end':>5} {'fds/min':>8}"
+    )
     for name, samples in sorted(watch.rss.items()):
         if samples:
             verdict = "" if ok[name] else "  GROWS"
+            fds = watch.fds.get(name) or [(0.0, 0.0)]
             print(
                 f"{name:>20} {samples[0][1]:10.0f} {samples[-1][1]:8.0f} "
-                f"{growth[name]:19.2f}{verdict}"
+                f"{growth[name]:19.2f} {fds[0][1]:10.0f} {fds[-1][1]:5.0f} "
+                f"{fd_growth.get(name, 0.0):8.2f}{verdict}"
             )
+    if lag:
+        print(
+            f"consumer lag (all groups): first {lag[0][1]:.0f}, last {lag[-1][1]:.0f}, "
+            f"max {max(v for _, v in lag):.0f} records; {lag_growth:+.1f} records/min "
+            "over the second half"
+        )
     FIGURES.mkdir(parents=True, exist_ok=True)
     plot_soak(
         dict(watch.rss),
         FIGURES / f"load-soak-{args.engine}.png",
         f"soak: {args.rate} turns/s for {args.duration_s / 60:.0f} min ({args.engine} engine)",
+        fds=dict(watch.fds),
+        lag=lag,
     )
     return {
         "rate": args.rate,
@@ -419,6 +506,10 @@ async def soak(args, load: Load, watch: Watch) -> dict:
         "ttft_p99_ms": percentile(total.ttft_ms, 99),
         "rss_first_last_mib": {n: (s[0][1], s[-1][1]) for n, s in watch.rss.items() if s},
         "growth_mib_per_min": growth,
+        "fds_first_last": {n: (s[0][1], s[-1][1]) for n, s in watch.fds.items() if s},
+        "fd_growth_per_min": fd_growth,
+        "lag_first_last_max": (lag[0][1], lag[-1][1], max(v for _, v in lag)) if lag else None,
+        "lag_growth_per_min": lag_growth,
         "bounded": all(ok.values()),
         "max_growth_mib_per_min": args.max_growth,
     }

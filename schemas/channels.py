@@ -53,6 +53,11 @@ class RedisNames:
         """Hash: each attempt's epoch in the turn's log, the current one, the count."""
         return f"{self.prefix}:turn:{{{turn_id}}}:epochs"
 
+    def turn_live_key(self, turn_id: str) -> str:
+        """The attempt answering the turn now, while it lives (claimed at its start, kept
+        alive by its relay): another worker handed the turn waits instead of restarting."""
+        return f"{self.prefix}:turn:{{{turn_id}}}:live"
+
     def turn_watchers_key(self, turn_id: str) -> str:
         """Set of edge channels that also want the turn's frames (resumed or joined
         elsewhere than the edge that accepted it)."""

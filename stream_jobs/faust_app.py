@@ -41,12 +41,13 @@ def make_app(settings: Settings, name: str) -> faust.App:
         # ... and a silent broker is given up as soon (faust's default waits 90 s): its
         # fetches time out and the partitions move to their new leaders
         broker_request_timeout=settings.kafka_session_timeout_s,
-        # its sends too (faust's default waits 20 minutes for a silent broker's answer; a
-        # send that times out is retried, on the new leader once the metadata shows it)
-        producer_request_timeout=settings.kafka_session_timeout_s,
-        # ... and follow moved partition leaders as soon as ours (make_consumer)
+        # ... and partition leaders that moved are followed as soon as ours (make_consumer)
         consumer_metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
         producer_metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
+        # Not its sends' timeout: aiokafka fails a batch whose request timed out (its age is
+        # then past the same timeout) and faust does not send it again, so the record is
+        # lost (a paused broker lost turns that way). faust's 20 minutes keep a send to a
+        # silent broker waiting until it answers (docs/reliability.md, the cluster's faults).
         key_serializer="raw",
         value_serializer="raw",
     )

@@ -1,8 +1,10 @@
 """A worker handed a turn that another worker still streams waits for that answer instead
-of restarting it (real Redis): the relay stamps the streaming attempt's heartbeat, and the
-new worker polls until the turn is recorded (it then replays that outcome) or the beat
-goes stale (the attempt died: it takes over). Found by the cluster's broker pause: a live
-worker evicted from its group kept streaming while another restarted its answer."""
+of restarting it (real Redis). The first attempt claims the turn's live lease; its relay
+pushes the lease forward as frames flow and drops it with the final frame; the second
+worker waits until the turn is recorded (it then replays that outcome) or the lease lapses
+(the attempt died: it takes over). Found by the cluster's broker pause: a worker evicted
+from its group kept streaming while another restarted its answer, and the client's last
+attempt ended with the other attempt's text."""
 
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ from schemas.channels import RedisNames
 from schemas.codec import encode
 from schemas.events import TokenChunk, TurnStarted
 from workers.runtime.attempt_lease import wait_for_live_attempt
-from workers.runtime.relay import RelayPublisher
+from workers.runtime.relay import LogLimits, RelayPublisher
 
 pytestmark = pytest.mark.integration
+
+NAMES = RedisNames.for_namespace(f"lease-{uuid.uuid4().hex[:6]}")
 
 
 @pytest.fixture
@@ -35,7 +39,8 @@ async def redis(services: Settings) -> AsyncIterator[Redis]:
 
 @pytest.fixture
 async def relay(redis: Redis) -> AsyncIterator[RelayPublisher]:
-    publisher = RelayPublisher(redis, NAMES)
+    # a lease of 0.6 s (refresh every 0.4 s): lapses quickly once nothing pushes it
+    publisher = RelayPublisher(redis, NAMES, limits=LogLimits(ttl_refresh_s=0.4))
     sender = asyncio.create_task(publisher.run())
     yield publisher
     sender.cancel()
@@ -43,49 +48,36 @@ async def relay(redis: Redis) -> AsyncIterator[RelayPublisher]:
         await sender
 
 
-NAMES = RedisNames.for_namespace(f"lease-{uuid.uuid4().hex[:6]}")
+def claim(redis: Redis, relay: RelayPublisher, turn_id: str, owner: str):
+    return wait_for_live_attempt(redis, NAMES, turn_id, owner, relay.attempt_lease_s, poll_s=0.05)
 
 
-async def stream_some(relay: RelayPublisher, turn_id: str) -> None:
-    """An attempt starts and streams a token, as a worker does."""
-    started = TurnStarted(turn_id=turn_id, worker_id="w1", model="m", attempt="a1")
-    relay.publish("edge", started)
-    relay.publish(
-        "edge", TokenChunk(turn_id=turn_id, seq=0, text="Hel", emitted_at_ms=1.0, attempt="a1")
-    )
+def token(turn_id: str, seq: int) -> TokenChunk:
+    return TokenChunk(turn_id=turn_id, seq=seq, text="x", emitted_at_ms=1.0, attempt="a1")
+
+
+async def test_a_streaming_attempt_is_waited_for_and_its_outcome_replayed(redis, relay):
+    turn_id = f"t-{uuid.uuid4().hex[:8]}"
+    assert await claim(redis, relay, turn_id, "w1") == (None, None, pytest.approx(0, abs=5))
+    relay.publish("edge", TurnStarted(turn_id=turn_id, worker_id="w1", model="m", attempt="a1"))
+    second = asyncio.create_task(claim(redis, relay, turn_id, "w2"))
+    for seq in range(8):  # w1 streams for a few lease periods: the lease is pushed forward
+        relay.publish("edge", token(turn_id, seq))
+        await relay.flushed()
+        await asyncio.sleep(0.2)
+        assert not second.done(), "w2 took over an answer that was still streaming"
+    outcome = completed(turn_id, text="xxxxxxxx")
+    await redis.set(NAMES.done_key(turn_id), encode(outcome))  # w1 recorded it
+    relay.publish("edge", outcome)  # and its final frame drops the lease
     await relay.flushed()
+    assert await redis.exists(NAMES.turn_live_key(turn_id)) == 0
+    recorded, decided, _ = await asyncio.wait_for(second, 10)
+    assert recorded == encode(outcome) and decided is None  # w2 replays it
 
 
-async def test_a_live_attempt_is_waited_for_and_its_outcome_replayed(redis, relay):
+async def test_a_dead_attempts_lease_lapses_and_the_turn_is_taken_over(redis, relay):
     turn_id = f"t-{uuid.uuid4().hex[:8]}"
-    await stream_some(relay, turn_id)
-    assert await redis.hget(NAMES.turn_epochs_key(turn_id), "beat") is not None
-    waiting = asyncio.create_task(
-        wait_for_live_attempt(redis, NAMES, turn_id, relay.attempt_lease_s, poll_s=0.05)
-    )
-    await asyncio.sleep(0.3)
-    assert not waiting.done(), "the new worker took over an answer that was still streaming"
-    outcome = completed(turn_id, text="Hello")
-    await redis.set(NAMES.done_key(turn_id), encode(outcome))  # the live attempt recorded it
-    recorded, decided, _ = await asyncio.wait_for(waiting, 10)
-    assert recorded == encode(outcome) and decided is None
-
-
-async def test_a_dead_attempts_stale_beat_is_taken_over_at_once(redis, relay):
-    turn_id = f"t-{uuid.uuid4().hex[:8]}"
-    await stream_some(relay, turn_id)
-    seconds, _ = await redis.time()
-    stale_ms = (seconds - relay.attempt_lease_s - 1) * 1000
-    await redis.hset(NAMES.turn_epochs_key(turn_id), "beat", int(stale_ms))
-    recorded, decided, _ = await asyncio.wait_for(
-        wait_for_live_attempt(redis, NAMES, turn_id, relay.attempt_lease_s, poll_s=0.05), 5
-    )
-    assert recorded is None and decided is None  # nothing to replay: generate it again
-
-
-async def test_a_turn_nobody_streamed_is_not_waited_for(redis, relay):
-    turn_id = f"t-{uuid.uuid4().hex[:8]}"
-    recorded, decided, _ = await asyncio.wait_for(
-        wait_for_live_attempt(redis, NAMES, turn_id, relay.attempt_lease_s, poll_s=0.05), 5
-    )
-    assert recorded is None and decided is None
+    await claim(redis, relay, turn_id, "w1")  # w1 claims, then dies: nothing pushes it
+    recorded, decided, _ = await asyncio.wait_for(claim(redis, relay, turn_id, "w2"), 10)
+    assert recorded is None and decided is None  # nothing to replay: w2 generates it
+    assert await redis.get(NAMES.turn_live_key(turn_id)) == b"w2"

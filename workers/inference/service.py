@@ -59,7 +59,7 @@ from workers.inference.progress import TurnProgress
 from workers.inference.replay import replay
 from workers.inference.speech.feed import SpeechFeed
 from workers.inference.speech.segments import SegmenterConfig
-from workers.runtime.attempt_lease import attempt_alive, wait_for_live_attempt
+from workers.runtime.attempt_lease import wait_for_live_attempt
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder, final_outcome
 from workers.runtime.relay import RelayPublisher
@@ -197,15 +197,22 @@ class InferenceService:
                 pipe.get(self.names.done_key(turn.turn_id))
                 pipe.get(self.names.decided_key(turn.turn_id))
                 pipe.exists(self.names.cancelled_key(turn.turn_id))
-                pipe.hget(self.names.turn_epochs_key(turn.turn_id), "beat")
-                pipe.time()
-                recorded, decided, cancelled, beat, (seconds, micros) = await pipe.execute()
-            lease_s = self.relay.attempt_lease_s
-            now_ms = int(seconds) * 1000 + int(micros) // 1000
-            if recorded is None and attempt_alive(beat, now_ms, int(lease_s * 1000)):
+                # the turn's live lease: ours, unless another attempt still streams it
+                pipe.set(
+                    self.names.turn_live_key(turn.turn_id),
+                    self.config.worker_id,
+                    nx=True,
+                    px=int(self.relay.attempt_lease_s * 1000),
+                )
+                recorded, decided, cancelled, claimed = await pipe.execute()
+            if not claimed and recorded is None and decided is None:
                 # handed to us while another worker still streams it: not a failover
                 recorded, decided, waited = await wait_for_live_attempt(
-                    self.redis, self.names, turn.turn_id, lease_s
+                    self.redis,
+                    self.names,
+                    turn.turn_id,
+                    self.config.worker_id,
+                    self.relay.attempt_lease_s,
                 )
                 log.info("turn %s: waited %.1f s for its live attempt", turn.turn_id, waited)
             if (recorded or decided) is not None and await self._replay(turn, recorded, decided):

@@ -3,18 +3,20 @@ worker is still answering waits for that answer instead of generating a second o
 
 Why it happens: Kafka gives a partition to another member when it thinks the first one
 is gone: a killed worker (the failover we want), but also a live worker whose heartbeats
-could not reach the group coordinator for a session timeout (a paused or failing broker,
-a stalled network). The live one keeps streaming; the new one restarted the answer (the
-client was told `restarted`), and whichever recorded first won, so the client's last
-attempt could end with the other attempt's text: a stream that is not whole.
+could not reach the group coordinator for a session timeout (a paused broker). The live
+one keeps fetching its old partitions until its next commit fails, so for a while both
+take the same turns. Without a lease both answered: the client was told `restarted`, and
+whichever recorded first won, so its last attempt could end with the other's text (a
+stream that was not whole, found by the cluster's broker-pause fault).
 
-How: the relay stamps the turn's epochs hash with a heartbeat (`beat`, Redis time in ms)
-whenever it pushes the log's TTL forward, at least every `ttl_refresh_s` while frames
-flow. A beat younger than the lease (two refresh periods) means an attempt is alive; the
-new worker polls until the turn is recorded (then it replays the outcome) or the beat goes
-stale (the attempt died: it takes over, as before). A killed worker's turns are not
-delayed: Kafka hands them over a session timeout (10 s) after its last heartbeat, by when
-its beat is as old.
+How: a worker starting a turn claims its live lease (`SET NX PX`, the worker's id, in the
+same round trip as its other checks); its relay pushes the lease forward with the log's TTL
+(at least every `ttl_refresh_s` while frames flow) and drops it with the final frame. A
+worker that finds the lease taken polls until the turn is recorded (it then replays the
+outcome) or the lease lapses (the attempt died: it claims the lease and takes over). A
+killed worker's turns are barely delayed: Kafka hands them over a session timeout (10 s)
+after its last heartbeat, by when its lease (a refresh period and a half, 7.5 s) has
+about run out.
 """
 
 from __future__ import annotations
@@ -27,36 +29,25 @@ from redis.asyncio import Redis
 from schemas.channels import RedisNames
 
 
-def attempt_alive(beat: bytes | None, now_ms: int, lease_ms: int) -> bool:
-    """An attempt beat within the lease (pure; no beat: none is streaming)."""
-    if beat is None:
-        return False
-    try:
-        return now_ms - int(beat) < lease_ms
-    except ValueError:
-        return False
-
-
 async def wait_for_live_attempt(
     redis: Redis,
     names: RedisNames,
     turn_id: str,
+    owner: str,
     lease_s: float,
     *,
     poll_s: float = 0.25,
 ) -> tuple[bytes | None, bytes | None, float]:
-    """While another attempt of the turn streams, wait; then (the done marker, the decided
-    outcome, seconds waited): the caller replays an outcome, or takes the turn over."""
+    """While another attempt holds the turn's lease, wait; then (the done marker, the
+    decided outcome, seconds waited). With neither, the lease is ours now: generate."""
     started = time.monotonic()
     lease_ms = int(lease_s * 1000)
     while True:
         async with redis.pipeline(transaction=False) as pipe:
             pipe.get(names.done_key(turn_id))
             pipe.get(names.decided_key(turn_id))
-            pipe.hget(names.turn_epochs_key(turn_id), "beat")
-            pipe.time()
-            recorded, decided, beat, (seconds, micros) = await pipe.execute()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        if recorded is not None or decided is not None or not attempt_alive(beat, now_ms, lease_ms):
+            pipe.set(names.turn_live_key(turn_id), owner, nx=True, px=lease_ms)
+            recorded, decided, claimed = await pipe.execute()
+        if recorded is not None or decided is not None or claimed:
             return recorded, decided, time.monotonic() - started
         await asyncio.sleep(poll_s)

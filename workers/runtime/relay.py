@@ -40,20 +40,22 @@ log = logging.getLogger("turnstream.relay")
 MAX_REMEMBERED_TURNS = 10_000  # TTL refresh times kept before the stale ones are dropped
 
 
-# KEYS: the turn's log, epochs hash (also the streaming attempt's heartbeat, `beat`, pushed
-# with the TTL), watchers set. ARGV: the accepting edge's channel, the
+# KEYS: the turn's log, epochs hash, watchers set, live-attempt lease (pushed forward with
+# the TTL, dropped at the end). ARGV: the accepting edge's channel, the
 # log's cap, its TTL while live and once finished, whether to push the live TTL forward
-# ('1': the relay does it every few seconds per turn, not per token), then (kind, payload) per frame
+# ('1': the relay does it every few seconds per turn, not per token), the lease in ms, then
+# (kind, payload) per frame
 # (kinds: `schemas.turn_log`). Frames of an attempt whose epoch the log has moved past (a
 # worker that lost the turn but still streams) fail XADD and are not shown.
 RELAY_SCRIPT = """
-local log, epochs, watchers = KEYS[1], KEYS[2], KEYS[3]
+local log, epochs, watchers, live = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local origin, maxlen = ARGV[1], ARGV[2]
 local live_ttl, done_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local refresh = ARGV[5] == '1'
+local lease_ms = tonumber(ARGV[6])
 -- the current epoch and the first attempt's own in one read (a batch is often one token)
 local known_epochs, first = {}, nil
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   if string.sub(ARGV[i], 1, 2) == 'a:' then first = ARGV[i]; break end
 end
 local cur
@@ -66,7 +68,7 @@ else
 end
 local items = {}
 local logged, finished = false, false
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local kind, payload = ARGV[i], ARGV[i + 1]
   if kind == '<NOT_LOGGED>' then
     items[#items + 1] = payload
@@ -99,10 +101,9 @@ end
 if logged and (finished or refresh) then
   redis.call('EXPIRE', log, finished and done_ttl or live_ttl)
   redis.call('EXPIRE', epochs, live_ttl)
-  -- the attempt's heartbeat (ms): a worker handed the turn while this one still streams
-  -- (a false failover) waits for it instead of restarting the answer (attempt_lease.py)
-  local now = redis.call('TIME')
-  redis.call('HSET', epochs, 'beat', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  -- the live attempt's lease: a worker handed the turn while this one still streams (a
+  -- false failover) waits for it instead of restarting the answer (attempt_lease.py)
+  if finished then redis.call('DEL', live) else redis.call('PEXPIRE', live, lease_ms) end
 end
 if #items == 0 then return 0 end
 local message = '[' .. table.concat(items, ',') .. ']'
@@ -167,8 +168,8 @@ class RelayPublisher:
 
     @property
     def attempt_lease_s(self) -> float:
-        """How long an attempt's heartbeat (`beat`, set with each TTL push, so at least every
-        `ttl_refresh_s` while it streams) says it is alive: a refresh period and a half."""
+        """How long an attempt's lease lasts unless pushed forward (with each TTL push, so
+        at least every `ttl_refresh_s` while it streams): a refresh period and a half."""
         return 1.5 * self._limits.ttl_refresh_s
 
     def publish(self, channel: str, event: Event) -> None:
@@ -264,6 +265,7 @@ class RelayPublisher:
             limits.live_ttl_s,
             limits.done_ttl_s,
             1 if refresh or _ends(frames) else 0,
+            int(self.attempt_lease_s * 1000),
         ]
         for frame in frames:
             args += (frame.kind, frame.payload)
@@ -271,6 +273,7 @@ class RelayPublisher:
             names.turn_log_key(turn_id),
             names.turn_epochs_key(turn_id),
             names.turn_watchers_key(turn_id),
+            names.turn_live_key(turn_id),
         ]
         pipe.evalsha(self._sha, len(keys), *keys, *args)  # queued on the pipeline
 
