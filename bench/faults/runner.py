@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -264,6 +265,27 @@ async def _strike(
         settled_s = clock.now() - healed_at
         progress(f"settled {settled_s:.1f} s after the heal")
     return Timeline(fault_at, healed_at, settled_s, streaming)
+
+
+def problems(result: ScenarioResult) -> list[str]:
+    """What is wrong with a fault's books, in words (empty: they balance and the fault hit
+    work in flight); the tests assert it is empty."""
+    b = result.books
+    checks = [
+        (b.accepted > 0, "no turn was accepted"),
+        (b.lost == 0 and not math.isnan(result.recovery_s), f"{b.lost} accepted turns lost"),
+        (b.answered_twice == 0, f"{b.answered_twice} answered twice"),
+        (b.recorded_twice == 0, f"{b.recorded_twice} decided twice"),
+        (b.not_as_recorded == 0, f"{b.not_as_recorded} answers differ from the record"),
+        (b.text_mismatches == 0, f"{b.text_mismatches} streamed texts not whole"),
+        (b.duplicate_frames == 0, f"{b.duplicate_frames} frames delivered twice"),
+        (b.unrecorded == 0, f"{b.unrecorded} accepted turns not in turns.completed"),
+        (b.traces_match, f"{b.traces_missing} traces missing, {b.traces_extra} extra"),
+        (result.history_breaks == 0, f"{result.history_breaks} answers on a wrong history"),
+        (not result.notes, "; ".join(result.notes)),
+        (result.fault_hit is not False, "the fault hit nothing in flight"),
+    ]
+    return [what for ok, what in checks if not ok]
 
 
 def summary_line(result: ScenarioResult) -> str:

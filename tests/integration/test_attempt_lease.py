@@ -22,7 +22,7 @@ from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.codec import encode
 from schemas.events import TokenChunk, TurnStarted
-from workers.runtime.attempt_lease import wait_for_live_attempt
+from workers.runtime.attempt_lease import release_lease, wait_for_live_attempt
 from workers.runtime.relay import LogLimits, RelayPublisher
 
 pytestmark = pytest.mark.integration
@@ -81,3 +81,12 @@ async def test_a_dead_attempts_lease_lapses_and_the_turn_is_taken_over(redis, re
     recorded, decided, _ = await asyncio.wait_for(claim(redis, relay, turn_id, "w2"), 10)
     assert recorded is None and decided is None  # nothing to replay: w2 generates it
     assert await redis.get(NAMES.turn_live_key(turn_id)) == b"w2"
+
+
+async def test_a_stopping_worker_releases_only_its_own_lease(redis, relay):
+    turn_id = f"t-{uuid.uuid4().hex[:8]}"
+    await claim(redis, relay, turn_id, "w1")
+    await release_lease(redis, NAMES, turn_id, "w2")  # not w2's to drop
+    assert await redis.get(NAMES.turn_live_key(turn_id)) == b"w1"
+    await release_lease(redis, NAMES, turn_id, "w1")  # w1 stops mid-answer
+    assert await redis.exists(NAMES.turn_live_key(turn_id)) == 0

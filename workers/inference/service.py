@@ -59,7 +59,7 @@ from workers.inference.progress import TurnProgress
 from workers.inference.replay import replay
 from workers.inference.speech.feed import SpeechFeed
 from workers.inference.speech.segments import SegmenterConfig
-from workers.runtime.attempt_lease import wait_for_live_attempt
+from workers.runtime.attempt_lease import release_lease, wait_for_live_attempt
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder, final_outcome
 from workers.runtime.relay import RelayPublisher
@@ -238,7 +238,11 @@ class InferenceService:
                 top_p=decoding.top_p,
                 provider="turnstream.cache" if assembled.cached_answer else "vllm",
             ) as span:
-                completed = await self._answer(assembled, request, progress, channel, ticket)
+                try:
+                    completed = await self._answer(assembled, request, progress, channel, ticket)
+                except asyncio.CancelledError:  # stopping: the redelivery need not wait for us
+                    await release_lease(self.redis, self.names, turn.turn_id, self.config.worker_id)
+                    raise
                 spans.record_generation(
                     span,
                     model=completed.model,

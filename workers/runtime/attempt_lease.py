@@ -22,6 +22,7 @@ about run out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from redis.asyncio import Redis
@@ -51,3 +52,14 @@ async def wait_for_live_attempt(
         if recorded is not None or decided is not None or claimed:
             return recorded, decided, time.monotonic() - started
         await asyncio.sleep(poll_s)
+
+
+async def release_lease(redis: Redis, names: RedisNames, turn_id: str, owner: str) -> None:
+    """A worker that stops mid-answer (its turn goes back to Kafka, uncommitted) drops its
+    lease, if still its own, so the redelivery does not wait for it to lapse. Best effort
+    and brief: the worker is shutting down, and a lease left behind only costs a wait."""
+    key = names.turn_live_key(turn_id)
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(1.0):
+            if await redis.get(key) == owner.encode():
+                await redis.delete(key)

@@ -239,3 +239,37 @@ def test_an_answer_built_on_a_wrong_history_is_counted():
     for histories, breaks in ((good, 0), (lost_history, 1)):
         verdicts = [judge(h, [], 1) for h in histories]
         assert history_breaks(histories, verdicts) == breaks
+
+
+def scenario_result(*verdicts, fault_hit=None, notes=()):
+    from bench.faults.runner import ScenarioResult
+
+    return ScenarioResult(
+        name="s",
+        fault="f",
+        books=balance(verdicts),
+        recovery_s=recovery_s(verdicts, fault_at=2.0, healed_at=3.0),
+        started_at=0.0,
+        fault_at=2.0,
+        healed_at=3.0,
+        ended_at=9.0,
+        streaming_at_fault=None,
+        history_breaks=0,
+        fault_hit=fault_hit,
+        notes=list(notes),
+    )
+
+
+def test_a_faults_problems_name_each_way_its_books_fail():
+    from bench.faults.runner import problems
+
+    clean = judge(turn(*CLEAN), [ANSWER], 1)
+    assert problems(scenario_result(clean)) == []
+    lost = judge(turn(*CLEAN[:3], turn_id="t2"), [], 0)
+    found = problems(scenario_result(clean, lost))
+    assert "1 accepted turns lost" in found and "1 accepted turns not in turns.completed" in found
+    assert problems(scenario_result(clean, fault_hit=False)) == ["the fault hit nothing in flight"]
+    assert problems(scenario_result(clean, notes=["died on their own: sink (exit 1)"])) == [
+        "died on their own: sink (exit 1)"
+    ]
+    assert problems(scenario_result()) == ["no turn was accepted"]
