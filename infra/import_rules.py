@@ -9,8 +9,8 @@ Floors, from the ground up:
 - the roles, side by side: `ws_edge`, each `workers.<role>`, each `stream_jobs.<job>`, each
   `producers.<producer>`, and the `flywheel` (evaluation sets, the quality gate, canaries).
   A role imports the floors below, its own package and its family's shared modules
-  (`workers.runtime` for the workers, `stream_jobs.faust_app`/`.metrics`/`.errors` for the
-  faust jobs, `producers.turn_publisher`/`.errors` for the edge and the producers), never
+  (`workers.runtime` for the workers, `stream_jobs.faust_app`/`.faust_transport`/`.metrics`/
+  `.errors` for the faust jobs, `producers.turn_publisher`/`.errors` for the edge and the producers), never
   another role;
 - the tools: `infra`, `harness`, `bench`, `tests`. `harness` (what tests and benchmarks share)
   never imports `bench` or `tests`; `bench` never imports `tests`; `infra` neither.
@@ -70,6 +70,7 @@ FAMILY_SHARED = {
     "workers.runtime": "workers",
     "stream_jobs.errors": "stream_jobs",
     "stream_jobs.faust_app": "stream_jobs",
+    "stream_jobs.faust_transport": "stream_jobs",
     "stream_jobs.metrics": "stream_jobs",
     "producers.errors": "producers",
     "producers.turn_publisher": "producers",

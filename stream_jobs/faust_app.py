@@ -9,6 +9,7 @@ from runtime.service_process import serve_process_metrics
 from runtime.settings import Settings
 from runtime.tracing.provider import configure as configure_tracing
 from schemas.topics import TURNS_SUBMITTED
+from stream_jobs import faust_transport
 from stream_jobs.metrics import install_metrics
 
 
@@ -21,11 +22,14 @@ def make_app(settings: Settings, name: str) -> faust.App:
     under TURNSTREAM_HOME, not the working directory.
     """
     app_id = f"{settings.namespace}.{name}" if settings.namespace else name
+    scheme = faust_transport.register()
     datadir = settings.state_path / "faust" / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
     app = faust.App(
         app_id,
-        broker=f"kafka://{settings.kafka_bootstrap}",
+        # every broker (a cluster's first may be the one down), through our transport: its
+        # sends survive a timed-out request (stream_jobs/faust_transport.py)
+        broker=[f"{scheme}://{server}" for server in settings.kafka_bootstrap.split(",")],
         datadir=str(datadir),
         store="memory://",
         web_enabled=False,
@@ -44,10 +48,9 @@ def make_app(settings: Settings, name: str) -> faust.App:
         # ... and partition leaders that moved are followed as soon as ours (make_consumer)
         consumer_metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
         producer_metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
-        # Not its sends' timeout: aiokafka fails a batch whose request timed out (its age is
-        # then past the same timeout) and faust does not send it again, so the record is
-        # lost (a paused broker lost turns that way). faust's 20 minutes keep a send to a
-        # silent broker waiting until it answers (docs/reliability.md, the cluster's faults).
+        # its sends as well: a request to a silent broker times out and is sent again (to
+        # the new leader), as its batch outlives it (faust's default: 20 minutes of waiting)
+        producer_request_timeout=settings.kafka_session_timeout_s,
         key_serializer="raw",
         value_serializer="raw",
     )
