@@ -1,8 +1,9 @@
 """Load test: ramp the offered turns/s until the latency target breaks (the knee), see which
-process saturates first, then soak at a steady rate and watch every process's memory.
+process saturates first, then soak at a steady rate and watch every process's memory, open
+file descriptors and the consumer groups' lag.
 
     python -m bench.load ramp --rates 2,4,8,16,32 --step-s 20 --ttft-p99-ms 1000
-    python -m bench.load soak --rate 8 --duration-s 600
+    python -m bench.load soak --rate 4 --duration-s 1800
 
 The whole stack runs as in production (one process per role, `infra.stack`), on the local
 services, in a namespace of its own. Arrivals are open-loop (Poisson at the offered rate):
@@ -10,8 +11,9 @@ a slow system does not slow the load down, so queues show up as latency and lost
 instead of hiding. Each arrival is the next turn of one of many conversations (multi-turn,
 so history and the assembly job's state are exercised); a conversation whose previous
 answer is still running is skipped for a free one. Every second the runner samples each
-process's CPU (% of one core) and resident memory (psutil): the Python roles, Kafka and
-Redis. The judgements (knee, busiest process, memory slope) are `bench.knee`'s.
+process's CPU (% of one core), resident memory and open file descriptors (psutil): the
+Python roles, Kafka and Redis; a soak also reads the lag of the run's consumer groups every
+15 s. The judgements (knee, busiest process, slopes) are `bench.knee`'s.
 
 With `--profile` the busiest Python role at the knee is sampled with py-spy for 10 s (a
 flame graph SVG next to the results) when py-spy is installed.

@@ -10,8 +10,8 @@ Floors, from the ground up:
   `producers.<producer>`, and the `flywheel` (evaluation sets, the quality gate, canaries).
   A role imports the floors below, its own package and its family's shared modules
   (`workers.runtime` for the workers, `stream_jobs.faust_app`/`.faust_transport`/`.metrics`/
-  `.errors` for the faust jobs, `producers.turn_publisher`/`.errors` for the edge and the producers), never
-  another role;
+  `.errors` for the faust jobs, `producers.turn_publisher`/`.errors` for the edge and the
+  producers), never another role;
 - the tools: `infra`, `harness`, `bench`, `tests`. `harness` (what tests and benchmarks share)
   never imports `bench` or `tests`; `bench` never imports `tests`; `infra` neither.
 

@@ -76,6 +76,8 @@ class Child:
     def _pump(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
+            if self._log.closed:  # stopped, but something it started still holds the pipe
+                break
             self._log.write(line)
             self._log.flush()
             if " ready" in line and not self._ready.is_set():

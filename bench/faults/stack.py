@@ -9,6 +9,7 @@ off): on a 2-core machine every process costs the roles under test CPU.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -110,10 +111,15 @@ class FaultStack:
         return self.children[key].process.pid
 
     def kill(self, key: str, sig: int = signal.SIGKILL) -> None:
-        """Send `sig` (kill -9 by default) and wait until the process is gone."""
+        """Send `sig` (kill -9 by default) to the role's process group and wait until the
+        role is gone. The group: the role and what it started (vLLM's engine processes),
+        as a container's death takes them together. The role's process alone is not
+        enough: vLLM's engine does not watch its parent, and an orphaned engine holds its
+        memory (on a GPU, the memory the restarted worker needs)."""
         child = self.children[key]
         if child.process.poll() is None:
-            os.kill(child.process.pid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.process.pid, sig)  # a session of its own: pgid == pid
             child.process.wait(timeout=60)
         child.stop()  # closes its log
 
