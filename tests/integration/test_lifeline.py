@@ -54,7 +54,11 @@ def gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def test_a_role_stops_when_its_parent_is_killed(tmp_path: Path):
+# however the supervisor ends: killed, terminated, its terminal closed (SIGHUP), Ctrl-C
+@pytest.mark.parametrize(
+    "how", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name
+)
+def test_a_role_stops_when_its_parent_is_killed(tmp_path: Path, how: signal.Signals):
     (tmp_path / "sleeper.py").write_text(ROLE)
     env = {**os.environ, "PYTHONPATH": str(REPO), "TURNSTREAM_METRICS_PORT": "0"}
     parent = subprocess.Popen(
@@ -68,7 +72,7 @@ def test_a_role_stops_when_its_parent_is_killed(tmp_path: Path):
     assert parent.stdout is not None
     child_pid = int(parent.stdout.readline())
     assert not gone(child_pid)
-    parent.send_signal(signal.SIGKILL)  # no finally, no stop_roles
+    parent.send_signal(how)  # the parent script has no finally, no stop_roles
     parent.wait()
     deadline = time.monotonic() + 30
     while not gone(child_pid) and time.monotonic() < deadline:
