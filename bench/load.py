@@ -287,33 +287,28 @@ def plot_soak(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = 1 + (fds is not None) + (lag is not None)
-    fig, axes = plt.subplots(panels, 1, figsize=(10, 3.6 * panels), sharex=True, squeeze=False)
-    column = [row[0] for row in axes]
-    ax = column[0]
-    for name, samples in sorted(rss.items()):
-        if samples:
-            ax.plot([t / 60 for t, _ in samples], [m for _, m in samples], label=name)
-    ax.set_ylabel("resident memory (MiB)")
-    ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    ax.set_title(title)
-    next_panel = 1
+    # (label, series by name, log scale)
+    panels: list[tuple[str, dict[str, list[tuple[float, float]]], bool]] = [
+        ("resident memory (MiB)", rss, True)
+    ]
     if fds is not None:
-        ax = column[next_panel]
-        next_panel += 1
-        for name, samples in sorted(fds.items()):
-            if samples:
-                ax.plot([t / 60 for t, _ in samples], [n for _, n in samples], label=name)
-        ax.set_ylabel("open file descriptors")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
+        panels.append(("open file descriptors", fds, True))
     if lag is not None:
-        ax = column[next_panel]
-        ax.plot([t / 60 for t, _ in lag], [n for _, n in lag], color="tab:red")
-        ax.set_ylabel("consumer lag (records, all groups)")
+        panels.append(("consumer lag (records, all groups)", {"": lag}, False))
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(10, 3.6 * len(panels)), sharex=True, squeeze=False
+    )
+    column = [row[0] for row in axes]
+    for ax, (label, series, log_scale) in zip(column, panels, strict=True):
+        for name, samples in sorted(series.items()):
+            if samples:
+                ax.plot([t / 60 for t, _ in samples], [v for _, v in samples], label=name)
+        ax.set_ylabel(label)
+        if log_scale:
+            ax.set_yscale("log")
         ax.grid(alpha=0.3)
+    column[0].legend(fontsize=7, ncol=2)
+    column[0].set_title(title)
     column[-1].set_xlabel("minutes")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
