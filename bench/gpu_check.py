@@ -285,6 +285,20 @@ def _standin_service(engine: Any) -> tuple[Any, Any]:
     return service, relay
 
 
+async def _next_frame(frames: asyncio.Queue, turn: asyncio.Task) -> Any:
+    """The turn's next frame; the turn's own error if it ended without one (a stand-in the
+    service outgrew, say), instead of waiting out the budget."""
+    if frames.empty() and turn.done():
+        turn.result()  # raises what ended it
+        raise RuntimeError("the turn ended without its completion")
+    getting = asyncio.ensure_future(frames.get())
+    await asyncio.wait({getting, turn}, return_when=asyncio.FIRST_COMPLETED)
+    if getting.done():
+        return getting.result()
+    getting.cancel()
+    return await _next_frame(frames, turn)
+
+
 async def _service_stream(
     service: Any, relay: Any, prompt: list[int], out: int
 ) -> AsyncIterator[int]:
@@ -321,7 +335,7 @@ async def _service_stream(
     turn = asyncio.create_task(service.run_turn(assembled))
     try:
         while True:
-            frame = await frames.get()
+            frame = await _next_frame(frames, turn)
             if not isinstance(frame, TokenChunk):  # the completion: the turn is over
                 if frame.error is not None:
                     raise RuntimeError(f"turn failed: {frame.error.code} {frame.error.message}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from schemas.codec import encode
 from schemas.events import TokenChunk, TurnCompleted
+from workers.runtime.relay import LogLimits
 
 
 class NullPipeline:
@@ -82,6 +83,8 @@ class NullProducer:
 class RecordingRelay:
     """The relay: each frame is encoded as the real one encodes it, then handed to the
     turn's queue (`frames(turn_id)`) instead of Redis."""
+
+    attempt_lease_s = LogLimits().attempt_lease_s  # the service claims each turn's lease
 
     def __init__(self) -> None:
         self._queues: defaultdict[str, asyncio.Queue] = defaultdict(asyncio.Queue)

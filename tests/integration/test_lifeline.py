@@ -32,11 +32,15 @@ async def main():
 asyncio.run(main())
 """
 
+# The supervisor as a terminal starts it: SIGHUP and Ctrl-C's SIGINT at their defaults (a
+# test run under `nohup`, or as a shell's background job, would have them ignored).
 PARENT = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 from runtime.processes import Child
 
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 here = Path(sys.argv[1])
 child = Child("sleeper", "sleeper", here / "sleeper.log", dict(__import__("os").environ), cwd=here)
 child.wait_ready(60)

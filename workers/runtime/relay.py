@@ -127,6 +127,12 @@ class LogLimits:
     done_ttl_s: int = 60
     ttl_refresh_s: float = 5.0
 
+    @property
+    def attempt_lease_s(self) -> float:
+        """How long an attempt's lease lasts unless pushed forward (with each TTL push, so
+        at least every `ttl_refresh_s` while it streams): a refresh period and a half."""
+        return 1.5 * self.ttl_refresh_s
+
 
 class RelayOverflow(WorkerError, RuntimeError):
     """More frames are queued than the relay may hold (Redis down for too long)."""
@@ -168,9 +174,7 @@ class RelayPublisher:
 
     @property
     def attempt_lease_s(self) -> float:
-        """How long an attempt's lease lasts unless pushed forward (with each TTL push, so
-        at least every `ttl_refresh_s` while it streams): a refresh period and a half."""
-        return 1.5 * self._limits.ttl_refresh_s
+        return self._limits.attempt_lease_s
 
     def publish(self, channel: str, event: Event) -> None:
         """Queue a frame (token chunks: losing one to a crash is repaired by redelivery)."""
