@@ -8,7 +8,7 @@ texts whole, every answer recorded as its client saw it and traced once, turns w
 when the fault struck, and every partition came back in sync.
 
 Not here: the pause (SIGSTOP the busiest leader 30 s). It balanced in the full suite's
-runs (2026-12-05 11:49, 14:05), but in a CI rehearsal (13:22) two turns accepted 23 s into
+runs (2026-12-05 11:49, 13:50), but in a CI rehearsal (13:27) two turns accepted 23 s into
 the pause were never answered or recorded, cause not yet found (docs/reliability.md): a
 fault test that fails one run in a few would block every landing while proving nothing
 new. `python -m bench.faults --cluster` still runs it and fails on it.
