@@ -54,12 +54,18 @@ async def wait_for_live_attempt(
         await asyncio.sleep(poll_s)
 
 
+# compare and delete in one step: a lease that lapsed and was claimed by another worker
+# between a GET and a DEL must stay that worker's
+_DROP_IF_OWNER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 async def release_lease(redis: Redis, names: RedisNames, turn_id: str, owner: str) -> None:
     """A worker that stops mid-answer (its turn goes back to Kafka, uncommitted) drops its
     lease, if still its own, so the redelivery does not wait for it to lapse. Best effort
     and brief: the worker is shutting down, and a lease left behind only costs a wait."""
-    key = names.turn_live_key(turn_id)
     with contextlib.suppress(Exception):
         async with asyncio.timeout(1.0):
-            if await redis.get(key) == owner.encode():
-                await redis.delete(key)
+            await redis.eval(_DROP_IF_OWNER, 1, names.turn_live_key(turn_id), owner)
