@@ -7,6 +7,7 @@ benchmarks and the fault suite all start processes through this one place.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -118,10 +119,18 @@ class Child:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self._end_session()
         self._log.close()
         if self._lifeline >= 0:  # once: a second stop must not close a reused descriptor
             os.close(self._lifeline)
             self._lifeline = -1
+
+    def _end_session(self) -> None:
+        """Kill what the role started and left behind in its session (its process group):
+        a vLLM worker stopped while its engine was still starting left `VLLM::EngineCore`
+        running, holding its memory, and the next worker's engine hung beside it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True, slots=True)

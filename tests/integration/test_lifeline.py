@@ -104,3 +104,36 @@ def test_stopping_a_role_twice_closes_nothing_of_anyone_else(tmp_path: Path, mon
         other.write("still open")
         other.close()
     assert (tmp_path / f"other-{len(others) - 1}.txt").read_text() == "still open"
+
+
+# A role that starts a process of its own and stops without it (as a vLLM worker stopped
+# while its engine process was still starting did).
+LEAVES_A_CHILD = """
+import asyncio, subprocess
+from pathlib import Path
+from runtime.service_process import start_process
+
+async def main():
+    settings, stop = start_process()
+    engine = subprocess.Popen(["sleep", "600"])
+    Path("engine.pid").write_text(str(engine.pid))
+    print("leaver ready", flush=True)
+    await stop.wait()
+
+asyncio.run(main())
+"""
+
+
+def test_stopping_a_role_ends_what_it_left_running(tmp_path: Path, monkeypatch):
+    (tmp_path / "leaver.py").write_text(LEAVES_A_CHILD)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    child = Child("leaver", "leaver", tmp_path / "leaver.log", dict(os.environ), cwd=tmp_path)
+    child.wait_ready(60)
+    engine_pid = int((tmp_path / "engine.pid").read_text())
+    child.stop()
+    deadline = time.monotonic() + 10
+    while not gone(engine_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not gone(engine_pid):
+        os.kill(engine_pid, signal.SIGKILL)
+        pytest.fail("the role's own process outlived it")
