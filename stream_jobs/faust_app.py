@@ -50,7 +50,7 @@ def make_app(settings: Settings, name: str) -> faust.App:
         producer_metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
         # its sends as well: a request to a silent broker times out and is sent again (to
         # the new leader), as its batch outlives it (faust's default: 20 minutes of waiting)
-        producer_request_timeout=settings.kafka_session_timeout_s,
+        producer_request_timeout=settings.kafka_request_timeout_s,
         key_serializer="raw",
         value_serializer="raw",
     )

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from runtime.kafka_delivery import DeliveringProducer
 from runtime.settings import Settings
 from runtime.tracing.propagation import TRACEPARENT, has_context
 from runtime.tracing.spans import producing
 
 
-class TracedProducer(AIOKafkaProducer):
-    """An `AIOKafkaProducer` whose records carry the current trace context."""
+class TracedProducer(DeliveringProducer):
+    """An `AIOKafkaProducer` whose records carry the current trace context (and whose
+    batches outlive a timed-out request: `runtime.kafka_delivery`)."""
 
     # aiokafka's own signature (its send_and_wait passes every argument positionally)
     async def send(  # noqa: PLR0917
@@ -57,7 +59,7 @@ def make_producer(settings: Settings, client_id: str) -> AIOKafkaProducer:
         acks="all",
         enable_idempotence=settings.kafka_idempotent,
         linger_ms=0,
-        request_timeout_ms=10000,
+        request_timeout_ms=int(settings.kafka_request_timeout_s * 1000),
         metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
     )
 

@@ -788,8 +788,7 @@ def drain_budget_s() -> float:
     drain = RunningService.__dataclass_fields__["drain_s"].default
     running = (REPO / "workers/runtime/running.py").read_text()
     flush = float(re.search(r"relay\.flushed\(\), timeout=([0-9.]+)", running).group(1))
-    kafka = (REPO / "workers/runtime/kafka.py").read_text()
-    request_s = int(re.search(r"request_timeout_ms=([0-9_]+)", kafka).group(1)) / 1000
+    request_s = Settings.from_env({}).kafka_request_timeout_s  # the producer's, by default
     return drain + flush + request_s
 
 

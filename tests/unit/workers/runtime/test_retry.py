@@ -1,0 +1,57 @@
+"""Which Kafka and Redis errors `retry_transient` waits out and which it raises."""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka.errors import (
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RequestTimedOutError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from workers.runtime import retry
+from workers.runtime.retry import retry_transient
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch):
+    async def instant(_delay: float) -> None:
+        return None
+
+    monkeypatch.setattr(retry.asyncio, "sleep", instant)
+
+
+def failing_then_ok(*errors: BaseException):
+    calls = []
+
+    async def step() -> str:
+        calls.append(1)
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+        return "sent"
+
+    return step, calls
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RequestTimedOutError(),
+        # a full batch that did not drain in one request timeout (a paused broker):
+        # aiokafka calls it not retriable, and a send lost to it lost a turn
+        KafkaTimeoutError(),
+        RedisConnectionError("gone"),
+    ],
+)
+async def test_outages_are_waited_out(error):
+    step, calls = failing_then_ok(error, error)
+    assert await retry_transient("sending", step) == "sent"
+    assert len(calls) == 3
+
+
+async def test_permanent_errors_are_raised_at_once():
+    step, calls = failing_then_ok(MessageSizeTooLargeError())
+    with pytest.raises(MessageSizeTooLargeError):
+        await retry_transient("sending", step)
+    assert len(calls) == 1
