@@ -1,24 +1,23 @@
 """The faust jobs' transport: their sends outlive a timed-out request (a batch that aiokafka
-failed after one request timeout was a record faust never sent again: a lost turn)."""
+failed after one request timeout was a record faust never sent again: a lost turn;
+`runtime.kafka_delivery`)."""
 
 from __future__ import annotations
 
 from faust.transport.drivers import by_url
+from faust.types import TP, Message
 
+from runtime.kafka_delivery import DeliveringProducer
 from runtime.settings import Settings
 from stream_jobs import faust_transport
 from stream_jobs.faust_app import make_app
 
 
-async def test_a_batch_lives_past_a_timed_out_request():
-    producer = faust_transport.DeliveringProducer(
-        bootstrap_servers="127.0.0.1:1", request_timeout_ms=10_000
-    )
-    accumulator = producer._message_accumulator
-    assert accumulator._batch_ttl == faust_transport.DELIVERY_TIMEOUT_S > 10
+def test_the_jobs_send_through_the_delivering_producer():
+    assert faust_transport.Producer._producer_type.fget(None) is DeliveringProducer
 
 
-def test_the_jobs_use_it_with_every_broker_and_a_request_timeout_of_the_session(tmp_path):
+def test_the_jobs_use_it_with_every_broker_and_the_request_timeout(tmp_path):
     settings = Settings.from_env(
         {
             "TURNSTREAM_HOME": str(tmp_path),
@@ -30,4 +29,73 @@ def test_the_jobs_use_it_with_every_broker_and_a_request_timeout_of_the_session(
     assert brokers == ["turnstream-kafka://127.0.0.1:9092", "turnstream-kafka://127.0.0.1:9094"]
     assert by_url(brokers[0]) is faust_transport.Transport
     assert faust_transport.Transport.Producer is faust_transport.Producer
-    assert app.conf.producer_request_timeout == settings.kafka_session_timeout_s
+    assert app.conf.producer_request_timeout == settings.kafka_request_timeout_s
+
+
+def _message(offset: int, generation_id: int) -> Message:
+    return Message(
+        "turns.enriched", 1, offset, 0.0, 0, [], b"k", b"v", None, generation_id=generation_id
+    )
+
+
+def _consumer(tmp_path):
+    app = make_app(Settings.from_env({"TURNSTREAM_HOME": str(tmp_path)}), "probe")
+    app.topics.acks_enabled_for = lambda topic: True  # as for the jobs' source topics
+    return app, app.consumer
+
+
+def test_a_record_of_an_older_generation_is_never_committed(tmp_path):
+    """faust skips a record fetched before a rebalance and acked it: the new generation
+    then committed past a record nobody processed (three turns lost in a pause)."""
+    app, consumer = _consumer(tmp_path)
+    assert isinstance(consumer, faust_transport.Consumer)
+    app.consumer_generation_id = 3
+    tp = TP("turns.enriched", 1)
+    stale, fresh = _message(4, generation_id=2), _message(5, generation_id=3)
+    consumer._unacked_messages.update({stale, fresh})
+    assert consumer.ack(stale) is False
+    assert stale.acked and stale not in consumer._unacked_messages  # a rebalance can go on
+    assert 4 not in consumer._acked_index[tp]
+    assert consumer.ack(fresh) is True
+    assert list(consumer._acked[tp]) == [5]
+
+
+def test_no_record_is_dropped_as_already_read(tmp_path):
+    """faust dropped records below a read offset that its fetch loop could record late,
+    after the seek back to the committed offset."""
+    _, consumer = _consumer(tmp_path)
+    tp = TP("turns.enriched", 1)
+    consumer._read_offset[tp] = 4
+    assert consumer._read_offset[tp] is None
+    consumer._read_offset.pop(tp, None)  # what faust does with it on a revoke still works
+
+
+async def test_a_partition_never_committed_restarts_from_its_beginning(tmp_path):
+    """aiokafka's seek to the committed offsets leaves an uncommitted partition after the
+    records the old generation fetched (and dropped): it goes back to its beginning."""
+    _, consumer = _consumer(tmp_path)
+    thread = consumer._thread
+    enriched, committed_tp, changelog = (
+        TP("turns.enriched", 7),
+        TP("turns.enriched", 1),
+        TP("assembly-conversations-changelog", 7),
+    )
+
+    class Client:
+        sought: list = []
+
+        async def seek_to_committed(self):
+            return {enriched: None, committed_tp: 2, changelog: None}
+
+        async def seek_to_beginning(self, *tps):
+            self.sought.extend(tps)
+
+    client = Client()
+    thread._ensure_consumer = lambda: client
+    consumer._is_changelog_tp = lambda tp: tp.topic.endswith("-changelog")
+    assert await thread._seek_to_committed_or_beginning() == {
+        enriched: None,
+        committed_tp: 2,
+        changelog: None,
+    }
+    assert client.sought == [enriched]
