@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -137,7 +138,13 @@ async def run_suite(
         stack = FaultStack(
             services.env,
             services.home / "logs",
-            roles(options.workers, options.edges, services.ports.edge, services.ports.edge_http),
+            roles(
+                options.workers,
+                options.edges,
+                services.ports.edge,
+                services.ports.edge_http,
+                cores=sorted(os.sched_getaffinity(0)) if options.engine == "vllm" else None,
+            ),
             progress,
         )
         progress(f"starting the roles: {', '.join(stack.roles)}")

@@ -33,10 +33,37 @@ class Role:
         return BY_LOG[self.log].module
 
 
-def roles(workers: int, edges: int, edge_port: int, edge_http_port: int) -> list[Role]:
-    """Consumers first, edges last (as `infra.stack` starts them)."""
+def engine_cores(worker: int, workers: int, cores: list[int]) -> str:
+    """The cores the vLLM CPU engine of local worker `worker` (1-based, of `workers`) binds
+    its threads to, as `VLLM_CPU_OMP_THREADS_BIND` takes them.
+
+    vLLM's default (`auto`) binds every engine on a host to the same cores (on 2 cores:
+    core 0, the other reserved): two workers' engines then share one core, and a restarted
+    worker's engine waited 203 s in `sched_setaffinity` while the other one ran
+    (docs/reliability.md). Here each worker gets its own equal share, one core each
+    (round-robin) when there are more workers than cores.
+    """
+    share = max(1, len(cores) // workers)
+    start = ((worker - 1) * share) % len(cores)
+    return ",".join(str(core) for core in cores[start : start + share])
+
+
+def roles(
+    workers: int,
+    edges: int,
+    edge_port: int,
+    edge_http_port: int,
+    cores: list[int] | None = None,
+) -> list[Role]:
+    """Consumers first, edges last (as `infra.stack` starts them). With `cores` (a real
+    engine), each inference worker's engine is bound to its own of them."""
     found = [
-        Role(f"inference-{i}", "inference", (("TURNSTREAM_WORKER_ID", f"faults-worker-{i}"),))
+        Role(
+            f"inference-{i}",
+            "inference",
+            (("TURNSTREAM_WORKER_ID", f"faults-worker-{i}"),)
+            + ((("VLLM_CPU_OMP_THREADS_BIND", engine_cores(i, workers, cores)),) if cores else ()),
+        )
         for i in range(1, workers + 1)
     ]
     found += [Role(name, name) for name in ("preprocess", "assembly", "traces", "sink")]
