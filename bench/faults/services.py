@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -38,16 +39,36 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def free_ports(count: int) -> int:
+def free_ports(count: int, rng: random.Random | None = None, taken: set[int] | None = None) -> int:
     """The first of `count` consecutive free ports on 127.0.0.1 (Kafka needs its port and
-    the next for its controller; the edges take consecutive ports)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        if first + count < 65536 and all(_port_free(first + i) for i in range(count)):
+    the next for its controller; the edges take consecutive ports).
+
+    Below the kernel's ephemeral range: a port picked from it (the OS's port 0) can be
+    taken by any outgoing connection between the pick and the listener's bind (three
+    brokers connecting to each other, the roles to them), and the start failed now and
+    then ("edge-2 exited", `services.sh start` failing)."""
+    rng = rng or random.Random()
+    taken = taken if taken is not None else set()
+    low, _ = ephemeral_range()
+    for _ in range(500):
+        first = rng.randrange(PORTS_FROM, max(PORTS_FROM + 1, low - count))
+        wanted = range(first, first + count)
+        if not taken.intersection(wanted) and all(_port_free(port) for port in wanted):
+            taken.update(wanted)
             return first
     raise RuntimeError(f"no {count} consecutive free ports")
+
+
+PORTS_FROM = 10_000
+
+
+def ephemeral_range(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux's default if unknown)."""
+    try:
+        low, high = path.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 CLUSTER_NODES = 3  # a replicated cluster: replication factor 3, min.insync.replicas 2
@@ -63,12 +84,13 @@ class Ports:
 
 
 def pick_ports(edges: int, kafka_nodes: int = 1) -> Ports:
+    taken: set[int] = set()  # no two of the run's own ranges overlap
     return Ports(
-        kafka=free_ports(2 * kafka_nodes),
-        redis=free_ports(1),
-        edge=free_ports(edges),
-        edge_http=free_ports(edges),
-        clickhouse_http=free_ports(1),
+        kafka=free_ports(2 * kafka_nodes, taken=taken),
+        redis=free_ports(1, taken=taken),
+        edge=free_ports(edges, taken=taken),
+        edge_http=free_ports(edges, taken=taken),
+        clickhouse_http=free_ports(1, taken=taken),
     )
 
 

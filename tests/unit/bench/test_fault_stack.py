@@ -1,7 +1,9 @@
-"""Which cores a fault run's vLLM workers bind their engines to."""
+"""Where a fault run's roles live: the cores its vLLM workers bind their engines to, the
+ports of its own services."""
 
 from __future__ import annotations
 
+from bench.faults.services import PORTS_FROM, ephemeral_range, pick_ports
 from bench.faults.stack import engine_cores, roles
 
 
@@ -23,3 +25,21 @@ def test_only_a_real_engine_is_bound():
     assert bound["inference-2"]["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     unbound = {r.key: dict(r.env) for r in roles(2, 1, 9000, 9100)}
     assert "VLLM_CPU_OMP_THREADS_BIND" not in unbound["inference-1"]
+
+
+def test_the_runs_ports_stay_below_the_ephemeral_range_and_apart():
+    """A port from the ephemeral range could be taken by an outgoing connection between
+    the pick and the listener's bind: the run's start failed now and then."""
+    low, _ = ephemeral_range()
+    for _ in range(20):
+        ports = pick_ports(edges=2, kafka_nodes=3)
+        ranges = [
+            range(ports.kafka, ports.kafka + 6),
+            range(ports.redis, ports.redis + 1),
+            range(ports.edge, ports.edge + 2),
+            range(ports.edge_http, ports.edge_http + 2),
+            range(ports.clickhouse_http, ports.clickhouse_http + 1),
+        ]
+        every = [port for r in ranges for port in r]
+        assert len(set(every)) == len(every)
+        assert all(PORTS_FROM <= port < low for port in every)
