@@ -58,6 +58,16 @@ def gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+def expect_gone(pid: int, within_s: float, failure: str) -> None:
+    """Fail (killing it) unless `pid` is gone within `within_s` (a bound, not a timing)."""
+    deadline = time.monotonic() + within_s
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not gone(pid):
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail(failure)
+
+
 # however the supervisor ends: killed, terminated, its terminal closed (SIGHUP), Ctrl-C
 @pytest.mark.parametrize(
     "how", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name
@@ -78,12 +88,7 @@ def test_a_role_stops_when_its_parent_is_killed(tmp_path: Path, how: signal.Sign
     assert not gone(child_pid)
     parent.send_signal(how)  # the parent script has no finally, no stop_roles
     parent.wait()
-    deadline = time.monotonic() + 30
-    while not gone(child_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if not gone(child_pid):
-        os.kill(child_pid, signal.SIGKILL)
-        pytest.fail("the role outlived its parent")
+    expect_gone(child_pid, 30, "the role outlived its parent")
     assert (tmp_path / "stopped").read_text() == "gracefully"
 
 
@@ -131,9 +136,4 @@ def test_stopping_a_role_ends_what_it_left_running(tmp_path: Path, monkeypatch):
     child.wait_ready(60)
     engine_pid = int((tmp_path / "engine.pid").read_text())
     child.stop()
-    deadline = time.monotonic() + 10
-    while not gone(engine_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if not gone(engine_pid):
-        os.kill(engine_pid, signal.SIGKILL)
-        pytest.fail("the role's own process outlived it")
+    expect_gone(engine_pid, 10, "the role's own process outlived it")
