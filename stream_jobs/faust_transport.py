@@ -74,18 +74,60 @@ class Consumer(driver.Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._read_offset = ReadOffsets()
+        self._refetching = Refetching()
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     def ack(self, message: Message) -> bool:
-        if stale(message, self.app.consumer_generation_id):
+        generation = self.app.consumer_generation_id
+        if stale(message, generation):
             with ack_lock:  # done with it, but not processed: its offset is not committed
                 message.acked = True
                 self._unacked_messages.discard(message)
                 notify(self._waiting_for_ack)  # a rebalance waits for the unacked to drain
+            self._fetch_again(message.tp, message.offset, generation)
             return False
         return super().ack(message)
+
+    def _fetch_again(self, tp: TP, offset: int, generation: int) -> None:
+        """Seek back to a record the stream skipped as stale, so this generation gets it:
+        faust's own seek to the committed offsets can come before records fetched in the
+        old generation reach the stream (seen: two records skipped after it, the commit
+        stuck below them, their turn never assembled)."""
+        committed = self._committed_offset.get(tp)
+        if committed is not None and offset < committed:
+            return  # committed already: processed in an earlier generation
+        if not self._refetching.needed(tp, offset, generation):
+            return
+        try:
+            if tp in self.assignment():
+                self._thread.seek(tp, offset)
+                self.log.info("%r sent back to %d: a record of an older generation", tp, offset)
+        except Exception:  # revoked meanwhile: its next owner reads from the committed offset
+            self._refetching.forget(tp)
+
+
+class Refetching:
+    """The lowest offset each partition was sent back to in the current generation: a
+    later stale record at or above it is fetched again anyway (the records come back in
+    order), and seeking forward to it would skip the ones between (pure)."""
+
+    def __init__(self) -> None:
+        self._generation: int | None = None
+        self._lowest: dict[TP, int] = {}
+
+    def needed(self, tp: TP, offset: int, generation: int) -> bool:
+        if generation != self._generation:
+            self._generation, self._lowest = generation, {}
+        lowest = self._lowest.get(tp)
+        if lowest is not None and offset >= lowest:
+            return False
+        self._lowest[tp] = offset
+        return True
+
+    def forget(self, tp: TP) -> None:
+        self._lowest.pop(tp, None)
 
 
 def stale(message: Message, generation_id: int) -> bool:

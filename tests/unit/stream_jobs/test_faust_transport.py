@@ -52,12 +52,28 @@ def test_a_record_of_an_older_generation_is_never_committed(tmp_path):
     app.consumer_generation_id = 3
     tp = TP("turns.enriched", 1)
     stale, fresh = _message(4, generation_id=2), _message(5, generation_id=3)
+    sought = []
+    consumer._thread.seek = lambda tp, offset: sought.append((tp, offset))
+    consumer.assignment = lambda: {tp}
     consumer._unacked_messages.update({stale, fresh})
     assert consumer.ack(stale) is False
     assert stale.acked and stale not in consumer._unacked_messages  # a rebalance can go on
     assert 4 not in consumer._acked_index[tp]
+    assert sought == [(tp, 4)]  # sent back to it: this generation fetches it again
     assert consumer.ack(fresh) is True
     assert list(consumer._acked[tp]) == [5]
+
+
+def test_a_partition_goes_back_to_its_lowest_stale_record_only():
+    """Records come back in order from the lowest: seeking on to a later stale record
+    would skip the ones between."""
+    tp, other = TP("turns.enriched", 1), TP("turns.completed", 1)
+    refetching = faust_transport.Refetching()
+    assert refetching.needed(tp, 5, generation=3)
+    assert not refetching.needed(tp, 6, generation=3)
+    assert refetching.needed(tp, 4, generation=3)
+    assert refetching.needed(other, 9, generation=3)
+    assert refetching.needed(tp, 6, generation=4)  # a new generation starts over
 
 
 def test_no_record_is_dropped_as_already_read(tmp_path):
