@@ -745,7 +745,7 @@ class Settings:
     kafka_request_timeout_s: float = _var(
         "TURNSTREAM_KAFKA_REQUEST_TIMEOUT_S",
         5.0,
-        "How long a producer (the workers', the jobs', the edge's) waits on one send request "
+        "How long a producer (the workers', the faust jobs') waits on one send request "
         "before sending it again, to the partition's new leader once the metadata names it. "
         "A cluster fences a silent broker after 4 s (infra/kafka's broker.session.timeout.ms); "
         "a longer wait only holds the turns behind it (at 10 s the slowest turn of a 30 s "

@@ -9,9 +9,10 @@ when the fault struck, and every partition came back in sync.
 
 Not here: the pause (SIGSTOP the busiest leader 30 s). It loses an accepted turn about one
 run in ten, in the faust jobs' rebalance (the assembly job's coordinator on the paused
-broker): three of faust's ways to lose records there are fixed in its transport, one is
-not yet (docs/reliability.md), and a fault test that fails one run in ten would block
-every landing. `python -m bench.faults --cluster` still runs it and fails on it.
+broker). Four ways faust drops records there are fixed in its transport and the pause
+alone then balanced 10 of 10 (docs/reliability.md), not yet enough runs to trust: a fault
+test that fails one run in ten would block every landing. `python -m bench.faults
+--cluster` still runs it and fails on it.
 
 ~3 min on 2 cores (the rolling restart waits for each node to catch up)."""
 
