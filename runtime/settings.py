@@ -707,6 +707,13 @@ class Settings:
         4 * 1024 * 1024,
         "Bytes of frames a client may fall behind before the edge closes it.",
     )
+    edge_heap_freeze_s: float = _var(
+        "TURNSTREAM_EDGE_HEAP_FREEZE_S",
+        2.0,
+        "Edge process: every this many seconds, collect the objects created since the last "
+        "time and freeze the survivors out of the garbage collector's full walks "
+        "(runtime/heap.py), so 10k connections do not stall it for seconds; 0 turns it off.",
+    )
     slow_close_s: float = _var(
         "TURNSTREAM_SLOW_CLOSE_S",
         10.0,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import uvloop
 
+from runtime.heap import HeapKeeper, HeapPolicy
 from runtime.service_process import start_process
 from ws_edge.server import EdgeServer
 
@@ -12,10 +16,15 @@ async def main() -> None:
     settings, stop = start_process()
     edge = EdgeServer(settings)
     await edge.start()
+    # the process's own heap, so here and not in EdgeServer (tests run edges in-process)
+    heap = asyncio.create_task(HeapKeeper(HeapPolicy(settings.edge_heap_freeze_s)).run())
     print(f"edge ready on ws://{settings.edge_host}:{edge.port}/", flush=True)
     try:
         await stop.wait()
     finally:
+        heap.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heap
         await edge.stop()
 
 

@@ -52,13 +52,17 @@ the same total load below saturation; `--max-offered 0` measures the uncapped ra
 the baseline of the larger ones (ratios); the direct run is the baseline of each edge run.
 
 The load processes freeze their heaps after setup (`gc.freeze`): they are not measured.
-`--edge-gc off` runs the edge without the cyclic collector, to tell its pauses apart (a
-diagnosis, not a setting). `--profile` records the largest run's edge with py-spy during
+The edge runs as shipped, its heap keeper on (`runtime/heap.py`: survivors frozen out of the
+collector's full walks every `TURNSTREAM_EDGE_HEAP_FREEZE_S`); `--edge-gc cpython,keeper`
+measures CPython's collector alone first, as the baseline of the same run; `--edge-gc off`
+runs the edge without the cyclic collector, to tell its pauses apart (a diagnosis, not a
+setting). `--profile` records the largest run's edge with py-spy during
 its window (a GC pause shows as self time of whatever allocated when it began).
 
     python -m bench.connections                               # 1k and 10k (2-4 min, 2 cores)
     python -m bench.connections --connections 200 --seconds 5 --resume 50
     python -m bench.connections --max-offered 0 --profile     # 20 tokens/s each: saturation
+    python -m bench.connections --connections 10000 --edge-gc cpython,keeper   # the keeper's gain
 
 Prints a table; writes bench/results/connections.json, bench/results/connections.png and
 bench/figures/connections.png (with --profile, bench/results/connections-edge-profile-N.txt).

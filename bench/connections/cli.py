@@ -59,9 +59,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--edge-gc",
-        choices=["on", "off"],
-        default="on",
-        help="off: the edge without the cyclic garbage collector (a diagnosis, not a setting)",
+        type=gc_modes,
+        default=["keeper"],
+        help="the edge's garbage collection, comma-separated to compare in one run (each mode "
+        "at each --connections; the first row is the baseline): keeper (as shipped: "
+        "runtime/heap.py), cpython (CPython's collector alone), off (no cyclic collector: a "
+        "diagnosis, not a setting)",
     )
     args = parser.parse_args()
 
@@ -73,23 +76,35 @@ def main() -> None:
     progress(f"RLIMIT_NOFILE {limit}; {os.cpu_count()} cores; logs in {base.state_path / 'logs'}")
     rows: list[dict[str, Any]] = []
     for n in args.connections:
-        print(f"[{n} connections]", file=sys.stderr, flush=True)
-        needed = n + 200
-        if needed > limit:
-            progress(f"[{n}] needs ~{needed} fds in the edge process, the limit is {limit}")
-        direct = run_direct(n, args, base)
-        progress(
-            f"[{n}] direct: {direct['tokens_per_s']:.0f} tokens/s, delay p50 "
-            f"{direct['delay_ms']['p50']:.1f} p99 {direct['delay_ms']['p99']:.1f} ms"
-        )
-        row = EdgeRun(n, args, base).measure(direct)
-        row["direct"] = direct
-        rows.append(row)
+        for gc_mode in args.edge_gc:
+            print(f"[{n} connections, edge gc {gc_mode}]", file=sys.stderr, flush=True)
+            needed = n + 200
+            if needed > limit:
+                progress(f"[{n}] needs ~{needed} fds in the edge process, the limit is {limit}")
+            direct = run_direct(n, args, base)
+            progress(
+                f"[{n}] direct: {direct['tokens_per_s']:.0f} tokens/s, delay p50 "
+                f"{direct['delay_ms']['p50']:.1f} p99 {direct['delay_ms']['p99']:.1f} ms"
+            )
+            row = EdgeRun(n, args, base, gc_mode).measure(direct)
+            row["direct"] = direct
+            rows.append(row)
     for r in rows[1:]:
         r["versus_baseline"] = versus(r, rows[0])
     print_table(rows)
     write_results(rows, args, limit)
     print(f"total {time.perf_counter() - started:.0f} s")
+
+
+GC_MODES = ("keeper", "cpython", "off")
+
+
+def gc_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    wrong = [m for m in modes if m not in GC_MODES]
+    if not modes or wrong:
+        raise argparse.ArgumentTypeError(f"edge gc modes are {', '.join(GC_MODES)}; got {text!r}")
+    return modes
 
 
 def write_results(rows: list[dict[str, Any]], args: argparse.Namespace, limit: int) -> None:

@@ -12,7 +12,7 @@ from bench.plotting import save_figure
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(
-        f"\n{'N':>6} {'held':>6} {'tok/s/str':>9} {'conn p50/p99 ms':>15} {'conn/s':>6} "
+        f"\n{'N':>12} {'held':>6} {'tok/s/str':>9} {'conn p50/p99 ms':>15} {'conn/s':>6} "
         f"{'RSS KB/conn':>11} "
         f"{'offered':>8} {'tok/s':>7} {'frames/s':>8} {'tok/fr':>6} {'delay p50/p99 ms':>17} "
         f"{'direct p50/p99':>15} {'added p50/p99':>14} {'edge CPU':>8} {'us/tok':>6} "
@@ -22,7 +22,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         d, dd = r["delay_ms"], r["direct_delay_ms"]
         check = r["check"]
         print(
-            f"{r['connections_tried']:>6} {r['connections']:>6} {r['stream_tokens_per_s']:>9.2f} "
+            f"{r['label']:>12} {r['connections']:>6} {r['stream_tokens_per_s']:>9.2f} "
             f"{r['connect_ms']['p50']:>7.0f}/{r['connect_ms']['p99']:<7.0f} "
             f"{r['connects_per_s']:>6.0f} {r['rss_kb_per_conn']:>11.1f} "
             f"{r['offered_tokens_per_s']:>8.0f} {r['tokens_per_s']:>7.0f} "
@@ -36,7 +36,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print("\nCPU % in the window (100 = one core; 'others': everything else on the machine)")
     for r in rows:
         cpu = ", ".join(f"{k} {v:.0f}" for k, v in r["cpu_percent"].items())
-        print(f"{r['connections_tried']:>6}: {cpu}")
+        print(f"{r['label']:>12}: {cpu}")
         print(
             f"{'':>6}  direct baseline: "
             + ", ".join(f"{k} {v:.0f}" for k, v in r["direct"]["cpu_percent"].items())
@@ -52,12 +52,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                     f"{what} {gc_row['count']}, {gc_row['total_ms']:.0f} / "
                     f"{gc_row['max_ms']:.0f} ms"
                 )
-        print(f"{r['connections_tried']:>6}: " + "; ".join(parts))
+        print(f"{r['label']:>12}: " + "; ".join(parts))
     print("\nchecks and the edge's log")
     for r in rows:
         c = r["check"]
         print(
-            f"{r['connections_tried']:>6}: done {c['done']}/{c['turns']}, gaps {c['gaps']}, "
+            f"{r['label']:>12}: done {c['done']}/{c['turns']}, gaps {c['gaps']}, "
             f"duplicates {c['duplicates']}, length mismatches {c['length_mismatches']}, "
             f"resumed {c['resumed_verified']}/{c['resumed']} whole "
             f"({r['resume_statuses']}); turns refused {r['turn_errors'] or 0}, "
@@ -73,7 +73,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         steps = (r["resume_open_ms"], r["resume_ready_ms"], r["resume_resumed_ms"], r["resume_ms"])
         print(
-            f"{r['connections_tried']:>6}: "
+            f"{r['label']:>12}: "
             + " → ".join(f"p50 {s['p50']:.0f} p99 {s['p99']:.0f} ms" for s in steps)
             + f" (offline {r['resume_gap_s']:g} s first; accept-queue overflows: connecting "
             f"{r['listen_overflows_connect']}, resuming {r['listen_overflows_resume']})"
@@ -88,18 +88,16 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                     f"{what}: p50 {h['p50']:.0f} p99 {h['p99']:.0f} max {h['max']:.0f} ms "
                     f"({h['n']} ok, {h['failed']} failed)"
                 )
-        print(f"{r['connections_tried']:>6}: " + "; ".join(parts))
+        print(f"{r['label']:>12}: " + "; ".join(parts))
     if len(rows) > 1:
-        print(f"\nagainst the {rows[0]['connections_tried']}-connection run (ratios)")
+        print(f"\nagainst the {rows[0]['label']}-connection run (ratios)")
         for r in rows[1:]:
             vs = r["versus_baseline"]
-            print(
-                f"{r['connections_tried']:>6}: " + ", ".join(f"{k} {v:.2f}" for k, v in vs.items())
-            )
+            print(f"{r['label']:>12}: " + ", ".join(f"{k} {v:.2f}" for k, v in vs.items()))
     for r in rows:
         profile = r.get("profile")
         if profile:
-            print(f"\nedge profile at {r['connections_tried']} ({profile['samples']} samples)")
+            print(f"\nedge profile at {r['label']} ({profile['samples']} samples)")
             print("  self time by function:")
             for name, share in profile["self"]:
                 print(f"    {share:6.1%}  {name}")
@@ -127,14 +125,14 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                     [max(p, 0.01) for p in points],
                     ys,
                     style,
-                    label=f"{r['connections_tried']} streams, {what}",
+                    label=f"{r['label']} streams, {what}",
                 )
     left.set_xscale("log")
     left.set_xlabel("delivery delay, publish → client (ms, log)")
     left.set_ylabel("fraction of tokens")
     left.grid(alpha=0.3)
     left.legend(fontsize=8)
-    names = [str(r["connections_tried"]) for r in rows]
+    names = [str(r["label"]) for r in rows]
     xs = range(len(rows))
     middle.bar(
         [x - 0.27 for x in xs],
@@ -154,7 +152,7 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         points = sorted(r["resume_samples"])
         if points:
             ys = [(i + 1) / len(points) for i in range(len(points))]
-            right.plot(points, ys, label=f"{r['connections_tried']} streams")
+            right.plot(points, ys, label=f"{r['label']} streams")
     right.set_xlabel("reconnect → first resumed delta (ms)")
     right.set_ylabel("fraction of resumes")
     right.grid(alpha=0.3)

@@ -105,11 +105,14 @@ class EdgeRun:
     """N clients on one edge process, each streaming one answer (see the module doc): one
     method per phase, each adding its numbers to `row`."""
 
-    def __init__(self, n: int, args: argparse.Namespace, base: Any) -> None:
+    def __init__(
+        self, n: int, args: argparse.Namespace, base: Any, gc_mode: str = "keeper"
+    ) -> None:
         from runtime.processes import free_port
 
         self.n = n
         self.args = args
+        self.gc_mode = gc_mode
         self.run = uuid.uuid4().hex[:6]
         self.registry = Path(tempfile.mkdtemp(prefix="bench-conn-")) / "tenants.json"
         unlimited = {
@@ -127,10 +130,14 @@ class EdgeRun:
             edge_id=f"bench-edge-{self.run}",
             tenant_registry_path=str(self.registry),
             log_level="WARNING",
+            # the shipped edge's heap keeper, or CPython's collector alone (the baseline)
+            edge_heap_freeze_s=0.0 if gc_mode in ("cpython", "off") else base.edge_heap_freeze_s,
         )
         self.procs = max(1, math.ceil(n / args.per_client_proc))
         self.tracked = split(args.resume, self.procs)
-        self.edge_log = self.settings.state_path / "logs" / f"bench-connections-edge-{n}.log"
+        self.edge_log = (
+            self.settings.state_path / "logs" / f"bench-connections-edge-{n}-{gc_mode}.log"
+        )
         self.gc_log = self.edge_log.with_suffix(".gc")
         self.edge: Any = None
         self.edge_pid = 0
@@ -140,12 +147,14 @@ class EdgeRun:
         self.accepted = 0
         self.row: dict[str, Any] = {
             "connections_tried": n,
+            "edge_gc": gc_mode,
+            "label": f"{n}" if len(args.edge_gc) == 1 else f"{n} {gc_mode}",
             "client_procs": self.procs,
             "stream_tokens_per_s": stream_rate(n, args.tokens_per_s, args.max_offered),
         }
 
     def label(self, text: str) -> str:
-        return f"[{self.n}] {text}"
+        return f"[{self.row['label']}] {text}"
 
     def measure(self, direct: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -171,7 +180,7 @@ class EdgeRun:
         self.edge_log.unlink(missing_ok=True)
         env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
         self.gc_log.unlink(missing_ok=True)
-        env |= {"BENCH_GC_LOG": str(self.gc_log), "BENCH_EDGE_GC": self.args.edge_gc}
+        env |= {"BENCH_GC_LOG": str(self.gc_log), "BENCH_EDGE_GC": self.gc_mode}
         self.edge = start_edge(env, self.edge_log)
         self.edge.wait_ready(timeout_s=60)
         self.edge_pid = self.edge.process.pid
@@ -311,7 +320,9 @@ class EdgeRun:
         meter.start()
         profile = None
         if args.profile and self.n == max(args.connections):
-            profile = start_profile(self.edge_pid, args.seconds, self.n)
+            profile = start_profile(
+                self.edge_pid, args.seconds, self.row["label"].replace(" ", "-")
+            )
         sleep_with_progress(window.end_ms / 1000 - time.time(), self.label("streaming"))
         cpu = meter.stop()
         cpu["clients"] = sum(cpu.pop(p.name) for p in self.peers)
@@ -420,7 +431,7 @@ class EdgeRun:
         shutil.rmtree(self.registry.parent, ignore_errors=True)
 
 
-def start_profile(pid: int, seconds: float, n: int) -> tuple[subprocess.Popen, Path] | None:
+def start_profile(pid: int, seconds: float, n: str) -> tuple[subprocess.Popen, Path] | None:
     """py-spy on the edge for the window (sampling from outside: the edge is not slowed)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
