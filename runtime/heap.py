@@ -29,6 +29,8 @@ from enum import Enum
 
 log = logging.getLogger("turnstream.heap")
 
+SLOW_STEP_MS = 50.0  # a step (a pause of the whole process) longer than this is logged
+
 
 class Step(Enum):
     FREEZE = "freeze"  # collect what is not frozen, freeze the survivors
@@ -72,20 +74,22 @@ def next_step(frozen: int, frozen_after_thaw: int, since_thaw_s: float, policy: 
 class HeapStats:
     freezes: int = 0
     thaws: int = 0
-    frozen: int = 0  # objects in the permanent generation after the last step
+    frozen_after_thaw: int = 0  # objects in the permanent generation after the last thaw
     collected: int = 0  # unreachable objects found by the keeper's collections
     last_freeze_ms: float = 0.0
     last_thaw_ms: float = 0.0
 
 
 class HeapKeeper:
-    """Applies `HeapPolicy` to this process's collector: `step()` once, `run()` forever."""
+    """Applies `HeapPolicy` to this process's collector: `step()` once, `run()` forever.
+
+    Counting the frozen objects walks them all (~5 ms a million), so a step counts them
+    only when the clock allows a thaw, and to report a slow step."""
 
     def __init__(self, policy: HeapPolicy, clock_s: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy
         self.stats = HeapStats()
         self._clock_s = clock_s
-        self._frozen_after_thaw = 0
         self._thawed_at_s = clock_s()
 
     def start(self) -> None:
@@ -93,30 +97,43 @@ class HeapKeeper:
         a thaw (a full collection of everything)."""
         self.stats.collected += gc.collect()
         gc.freeze()
-        self._frozen_after_thaw = self.stats.frozen = gc.get_freeze_count()
+        self.stats.frozen_after_thaw = gc.get_freeze_count()
         self._thawed_at_s = self._clock_s()
 
     def step(self) -> Step:
         since_thaw_s = self._clock_s() - self._thawed_at_s
-        step = next_step(gc.get_freeze_count(), self._frozen_after_thaw, since_thaw_s, self.policy)
+        step = Step.FREEZE
+        if since_thaw_s >= self.policy.thaw_every_s:
+            frozen = gc.get_freeze_count()
+            step = next_step(frozen, self.stats.frozen_after_thaw, since_thaw_s, self.policy)
         started = time.perf_counter()
         if step is Step.THAW:
             gc.unfreeze()
-        self.stats.collected += gc.collect()
+        collected = gc.collect()
         gc.freeze()
         elapsed_ms = (time.perf_counter() - started) * 1000
-        self.stats.frozen = gc.get_freeze_count()
+        self.stats.collected += collected
         if step is Step.THAW:
-            self._frozen_after_thaw = self.stats.frozen
+            self.stats.frozen_after_thaw = gc.get_freeze_count()
             self._thawed_at_s = self._clock_s()
             self.stats.thaws += 1
             self.stats.last_thaw_ms = elapsed_ms
             log.info(
-                "heap thawed and collected: %d objects kept, %.0f ms", self.stats.frozen, elapsed_ms
+                "heap thawed and collected: %d unreachable, %d objects kept, %.0f ms",
+                collected,
+                self.stats.frozen_after_thaw,
+                elapsed_ms,
             )
         else:
             self.stats.freezes += 1
             self.stats.last_freeze_ms = elapsed_ms
+            if elapsed_ms > SLOW_STEP_MS:  # a shorter interval walks fewer newcomers a time
+                log.warning(
+                    "heap step took %.0f ms (%d unreachable collected, %d objects frozen)",
+                    elapsed_ms,
+                    collected,
+                    gc.get_freeze_count(),
+                )
         return step
 
     async def run(self) -> None:

@@ -50,7 +50,10 @@ class Child:
         *,
         nice: int = 0,
         cwd: Path = REPO,
+        python_args: tuple[str, ...] = (),
     ) -> None:
+        """`python_args`: what follows the interpreter instead of `-m module` (a benchmark
+        that starts the module through a wrapper of its own)."""
         self.name = name
         self.log_path = log_path
         self.ready_line: str | None = None
@@ -60,7 +63,7 @@ class Child:
         child_end, self._lifeline = lifeline()
         try:
             self.process = subprocess.Popen(
-                [*niced, sys.executable, "-m", module],
+                [*niced, sys.executable, *(python_args or ("-m", module))],
                 cwd=cwd,  # another tree's roles (a benchmark's baseline) win over the installed
                 env={**env, LIFELINE_ENV: str(child_end)},
                 stdout=subprocess.PIPE,

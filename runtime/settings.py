@@ -709,7 +709,7 @@ class Settings:
     )
     edge_heap_freeze_s: float = _var(
         "TURNSTREAM_EDGE_HEAP_FREEZE_S",
-        2.0,
+        0.5,
         "Edge process: every this many seconds, collect the objects created since the last "
         "time and freeze the survivors out of the garbage collector's full walks "
         "(runtime/heap.py), so 10k connections do not stall it for seconds; 0 turns it off.",

@@ -8,8 +8,6 @@ import contextlib
 import math
 import multiprocessing
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import wait
@@ -226,27 +224,8 @@ def gc_pauses(path: Path, window: Window | None = None) -> dict[str, float]:
 def start_edge(env: dict[str, str], log_path: Path) -> Any:
     """The edge in its own process (an `runtime.processes.Child`: output to `log_path`, ready when
     it prints its ready line)."""
-    import threading
 
-    from infra.stack import REPO
     from runtime.processes import Child
 
-    class EdgeProcess(Child):
-        def __init__(self) -> None:  # Child's, with `-c EDGE_BOOT` for `-m ws_edge`
-            self.name = "edge"
-            self.log_path = log_path
-            self.ready_line = None
-            self._log = log_path.open("a")
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", EDGE_BOOT],
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
-            self._ready = threading.Event()
-            threading.Thread(target=self._pump, daemon=True).start()
-
-    return EdgeProcess()
+    # Child's own start (lifeline, session, log), with `-c EDGE_BOOT` for `-m ws_edge`
+    return Child("edge", "ws_edge", log_path, env, python_args=("-c", EDGE_BOOT))
