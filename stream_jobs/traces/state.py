@@ -59,7 +59,7 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.screening = pending.screening or event.screening
             pending.submitted = pending.submitted or event.submitted
         case TurnCompleted():
-            pending.completed = without_verdicts(event)
+            pending.completed = as_traced(event)
             pending.screening = event.screening or pending.screening
             pending.context = event.context or pending.context
             pending.route = event.route or pending.route
@@ -116,9 +116,12 @@ def expired(opened: dict[bytes, float], now_ms: float, timeout_ms: float) -> lis
     return [key for key, first_seen in opened.items() if now_ms - first_seen >= timeout_ms]
 
 
-def without_verdicts(completed: TurnCompleted) -> TurnCompleted:
-    """The completion as the trace keeps it: the verdicts it carried are in the events log
-    (a row each) and counted in its `output_safety`; the trace does not repeat them."""
-    if not completed.verdicts:
+def as_traced(completed: TurnCompleted) -> TurnCompleted:
+    """The completion as the trace keeps it, without what the trace holds elsewhere: the
+    verdicts it carried are in the events log (a row each) and counted in its
+    `output_safety`; how the turn was assembled is in the trace's own fields."""
+    if not completed.verdicts and completed.context is None and completed.route is None:
         return completed
-    return msgspec.structs.replace(completed, verdicts=[])
+    return msgspec.structs.replace(
+        completed, verdicts=[], context=None, route=None, preprocess_ms=0.0
+    )

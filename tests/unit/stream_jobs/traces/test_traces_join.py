@@ -90,6 +90,8 @@ def test_a_completion_that_carries_its_assembly_needs_no_assembled_record():
     trace = on_event(pending, done)
     assert trace is not None
     assert (trace.context, trace.route, trace.preprocess_ms) == (context, route, 6.5)
+    assert trace.completed is not None  # held once, in the trace's own fields
+    assert (trace.completed.context, trace.completed.route) == (None, None)
     # the enriched event, read first, keeps its own preprocessing time
     pending = PendingTrace()
     on_event(pending, enriched("t11", preprocess_ms=3.0))
