@@ -76,11 +76,11 @@ def main() -> None:
     progress(f"RLIMIT_NOFILE {limit}; {os.cpu_count()} cores; logs in {base.state_path / 'logs'}")
     rows: list[dict[str, Any]] = []
     for n in args.connections:
+        needed = n + 200
+        if needed > limit:
+            progress(f"[{n}] needs ~{needed} fds in the edge process, the limit is {limit}")
         for gc_mode in args.edge_gc:
             print(f"[{n} connections, edge gc {gc_mode}]", file=sys.stderr, flush=True)
-            needed = n + 200
-            if needed > limit:
-                progress(f"[{n}] needs ~{needed} fds in the edge process, the limit is {limit}")
             direct = run_direct(n, args, base)
             progress(
                 f"[{n}] direct: {direct['tokens_per_s']:.0f} tokens/s, delay p50 "

@@ -224,7 +224,6 @@ def gc_pauses(path: Path, window: Window | None = None) -> dict[str, float]:
 def start_edge(env: dict[str, str], log_path: Path) -> Any:
     """The edge in its own process (an `runtime.processes.Child`: output to `log_path`, ready when
     it prints its ready line)."""
-
     from runtime.processes import Child
 
     # Child's own start (lifeline, session, log), with `-c EDGE_BOOT` for `-m ws_edge`
