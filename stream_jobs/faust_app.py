@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faust
+from mode.utils.objects import cached_property
 
 from runtime.lifeline import watch_parent
 from runtime.service_process import serve_process_metrics
@@ -11,6 +12,20 @@ from runtime.tracing.provider import configure as configure_tracing
 from schemas.topics import TURNS_SUBMITTED
 from stream_jobs import faust_transport
 from stream_jobs.metrics import install_metrics
+
+
+class App(faust.App):
+    """faust's app whose flow control does not forget what it clears from the stream
+    queues (`faust_transport.RewindingFlowControl`: fix 4 of the transport)."""
+
+    @cached_property
+    def flow_control(self) -> faust_transport.RewindingFlowControl:
+        return faust_transport.RewindingFlowControl(self._rewind, loop=self.loop)
+
+    def _rewind(self, dropped: list) -> None:
+        rewind = getattr(self.consumer, "rewind", None)
+        if rewind is not None:  # our transport's consumer (always, outside of tests)
+            rewind(dropped)
 
 
 def make_app(settings: Settings, name: str) -> faust.App:
@@ -25,7 +40,7 @@ def make_app(settings: Settings, name: str) -> faust.App:
     scheme = faust_transport.register()
     datadir = settings.state_path / "faust" / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
-    app = faust.App(
+    app = App(
         app_id,
         # every broker (a cluster's first may be the one down), through our transport: its
         # sends survive a timed-out request (stream_jobs/faust_transport.py)

@@ -21,11 +21,20 @@
      the seek back: the records between are then dropped as "already read". Here nothing
      is dropped on that guess: a record delivered twice is processed twice, which the jobs
      allow (at least once; the assembly dedupes on turn ids, the traces job on its joins).
+  4. When a recovery ends, faust resumes its flow control, which *empties every stream's
+     queue*: records fetched in the new generation (between the partitions' resumption and
+     that call) are thrown away after aiokafka's position moved past them. The agent
+     processes the ones before, the commit stops at the first dropped one, and the turn is
+     never assembled (seen: an assembly job restarted after kill -9 processed records 2-5,
+     dropped 6-7 and went on from 8; the same after a paused broker's rebalance, where it
+     looked like a stall). Here `RewindingFlowControl` hands what it clears to
+     `Consumer.rewind`, which sends each partition back to its lowest dropped record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -34,10 +43,13 @@ from faust.transport.drivers import aiokafka as driver
 from faust.types import TP, Message
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
+from mode.utils.queues import FlowControlEvent
 
 from runtime.kafka_delivery import DeliveringProducer
 
 SCHEME = "turnstream-kafka"
+
+log = logging.getLogger("turnstream.faust")
 
 
 class Producer(driver.Producer):
@@ -107,6 +119,41 @@ class Consumer(driver.Consumer):
         except Exception:  # revoked meanwhile: its next owner reads from the committed offset
             self._refetching.forget(tp)
 
+    def rewind(self, dropped: Iterable[Message]) -> None:
+        """Records taken off a stream's queue unprocessed (`RewindingFlowControl`): each
+        partition of ours goes back to its lowest such record, which is fetched again. They
+        were never acked, so no commit passed them; they leave the unacked set (a rebalance
+        waits for that set to empty)."""
+        dropped = list(dropped)
+        with ack_lock:
+            for message in dropped:
+                message.acked = True
+                self._unacked_messages.discard(message)
+            notify(self._waiting_for_ack)
+        generation = self.app.consumer_generation_id
+        try:
+            assigned = self.assignment()
+        except Exception:  # not started, or stopping: the next owner reads from the commit
+            return
+        points = rewind_points(
+            dropped,
+            assigned=assigned,
+            committed=self._committed_offset,
+            skip=self._is_changelog_tp,
+        )
+        for tp, offset in points.items():
+            self._refetching.lower(tp, offset, generation)
+            try:
+                self._thread.seek(tp, offset)
+            except Exception:  # revoked meanwhile
+                continue
+        if points:
+            log.warning(
+                "%d unprocessed record(s) cleared from the stream queues; sent back: %s",
+                len(dropped),
+                ", ".join(f"{tp.topic}[{tp.partition}]@{o}" for tp, o in sorted(points.items())),
+            )
+
 
 class Refetching:
     """The lowest offset each partition was sent back to in the current generation: a
@@ -126,8 +173,62 @@ class Refetching:
         self._lowest[tp] = offset
         return True
 
+    def lower(self, tp: TP, offset: int, generation: int) -> None:
+        """`tp` was sent back to `offset` by other means (a rewind)."""
+        self.needed(tp, offset, generation)
+
     def forget(self, tp: TP) -> None:
         self._lowest.pop(tp, None)
+
+
+def rewind_points(
+    dropped: Iterable[Message],
+    *,
+    assigned: Iterable[TP],
+    committed: Mapping[TP, int | None],
+    skip: Callable[[TP], bool],
+) -> dict[TP, int]:
+    """Where each partition must read again from (pure): its lowest dropped record, for
+    the partitions still ours, not skipped (changelogs: recovery reads them) and not
+    already committed past it."""
+    ours = set(assigned)
+    points: dict[TP, int] = {}
+    for message in dropped:
+        tp, offset = message.tp, message.offset
+        if tp not in ours or skip(tp):
+            continue
+        done = committed.get(tp)
+        if done is not None and offset < done:
+            continue
+        if offset < points.get(tp, offset + 1):
+            points[tp] = offset
+    return points
+
+
+class RewindingFlowControl(FlowControlEvent):
+    """faust's flow control, but what it clears out of the stream queues goes to
+    `on_cleared` (the consumer's rewind) instead of being forgotten."""
+
+    def __init__(self, on_cleared: Callable[[list[Message]], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_cleared = on_cleared
+
+    def clear(self) -> None:
+        dropped = [
+            message
+            for queue in list(self._queues)
+            for item in list(queue._queue)  # type: ignore[attr-defined]  # asyncio's deque
+            if (message := _message_of(item)) is not None
+        ]
+        super().clear()
+        if dropped:
+            self._on_cleared(dropped)
+
+
+def _message_of(item: Any) -> Message | None:
+    """The Kafka record behind a queued stream event (None for anything else)."""
+    message = getattr(item, "message", None)
+    return message if isinstance(message, Message) else None
 
 
 def stale(message: Message, generation_id: int) -> bool:
