@@ -51,8 +51,8 @@ from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.codec import decode
-from schemas.events import TurnAssembled, TurnCompleted
-from schemas.topics import POOL_PARTITIONS, TURNS_ASSEMBLED, TURNS_COMPLETED
+from schemas.events import TurnCompleted
+from schemas.topics import POOL_PARTITIONS, TURNS_COMPLETED
 from schemas.worker_state import decode_state
 from workers.inference.app import RunningWorker, run_worker
 from workers.inference.engines.fake_engine import FakeEngine
@@ -305,21 +305,20 @@ async def run_strategy(strategy: str, args: argparse.Namespace) -> Run:
 
 
 async def read_routes(settings: Settings, run: Run) -> None:
-    """Where each turn was sent (`turns.assembled`) and who answered (`turns.completed`)."""
+    """Where each turn was sent and who answered (both on its `turn.completed`)."""
     ns, bootstrap = settings.namespace, settings.kafka_bootstrap
-    for record in await records_so_far(bootstrap, TURNS_ASSEMBLED.full_name(ns), lambda r: True):
+    for record in await records_so_far(bootstrap, TURNS_COMPLETED.full_name(ns), lambda r: True):
         event = decode(record.value)
-        if isinstance(event, TurnAssembled) and event.route is not None:
+        if not isinstance(event, TurnCompleted):
+            continue
+        run.served_by[event.turn_id] = event.worker_id
+        if event.route is not None:
             route = event.route
             run.routes[event.turn_id] = {
                 "worker": route.worker_id,
                 "reason": route.pick_reason,
                 "prefix_chars": route.prefix_chars,
             }
-    for record in await records_so_far(bootstrap, TURNS_COMPLETED.full_name(ns), lambda r: True):
-        event = decode(record.value)
-        if isinstance(event, TurnCompleted):
-            run.served_by[event.turn_id] = event.worker_id
 
 
 # ---- reporting -------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """`python -m bench.traces_rebuild`: what a restart of the traces job costs now that its open
 turns are rebuilt from the source topics instead of a changelog.
 
-Writes `--turns` finished turns (submitted, enriched, assembled, completed, spread over the
+Writes `--turns` finished turns (submitted, enriched, completed with its assembly, spread over the
 partitions) plus `--open` unfinished ones into a namespace of its own on the local broker,
 commits a consumer group's offsets at the end of every topic (as a job that had processed
 them all would have), then times what the job does when it gets all partitions: read back
@@ -30,7 +30,6 @@ from schemas.events import (
     FinishReason,
     PromptContext,
     Timings,
-    TurnAssembled,
     TurnCompleted,
     TurnEnriched,
     TurnSubmitted,
@@ -40,7 +39,6 @@ from schemas.ids import now_ms
 from schemas.topics import (
     TRACE_TICKS,
     TRACES,
-    TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TURNS_ENRICHED,
     TURNS_SUBMITTED,
@@ -64,16 +62,6 @@ def turn_events(turn_id: str, conversation: str, at: float, *, finished: bool) -
     events = [
         (TURNS_SUBMITTED, submitted),
         (TURNS_ENRICHED, TurnEnriched(turn_id=turn_id, submitted=submitted, text=submitted.text)),
-        (
-            TURNS_ASSEMBLED,
-            TurnAssembled(
-                turn_id=turn_id,
-                submitted=submitted,
-                messages=[],
-                context=PromptContext(history_messages=4, dropped_messages=0, prompt_tokens=90),
-                assembled_at_ms=at + 5,
-            ),
-        ),
     ]
     if finished:
         completed = TurnCompleted(
@@ -89,6 +77,7 @@ def turn_events(turn_id: str, conversation: str, at: float, *, finished: bool) -
             worker_id="w",
             completed_at_ms=at + 640,
             assembled=True,
+            context=PromptContext(history_messages=4, dropped_messages=0, prompt_tokens=90),
         )
         events.append((TURNS_COMPLETED, completed))
     return events
@@ -143,8 +132,7 @@ async def main(args: argparse.Namespace) -> None:
     ns = settings.namespace
     await ensure_topics(settings.kafka_bootstrap, ns)
     topics = [
-        t.full_name(ns)
-        for t in (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_ASSEMBLED, TURNS_COMPLETED, TRACE_TICKS)
+        t.full_name(ns) for t in (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_COMPLETED, TRACE_TICKS)
     ]
     tps = [TopicPartition(t, p) for t in topics for p in range(TURNS_SUBMITTED.partitions)]
     group = f"{ns}.traces"

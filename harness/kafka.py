@@ -11,15 +11,19 @@ from producers.replay.source import partitions_of
 from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import AnyEvent, TurnAssembled
-from schemas.topics import TURNS_ASSEMBLED, TURNS_COMPLETED
+from schemas.topics import TURNS_COMPLETED, assembled_topics
 
 
 async def find_record(
-    bootstrap: str, topic: str, match: Callable[[ConsumerRecord], bool], wait_s: float = 30
+    bootstrap: str,
+    topic: str | tuple[str, ...],
+    match: Callable[[ConsumerRecord], bool],
+    wait_s: float = 30,
 ) -> ConsumerRecord:
-    """The first record of `topic` (from the beginning) that `match` accepts."""
+    """The first record of `topic` (or of any of several, from the beginning) that `match`
+    accepts."""
     consumer = AIOKafkaConsumer(
-        topic,
+        *((topic,) if isinstance(topic, str) else topic),
         bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -47,10 +51,11 @@ async def turn_event(settings: Settings, topic: str, turn_id: str) -> AnyEvent:
 
 
 async def assembled_prompt(settings: Settings, turn_id: str) -> TurnAssembled:
-    """The prompt the engine was given for a turn (read back from `turns.assembled`)."""
+    """The prompt the engine was given for a turn (read back from the work queue it went
+    to: a pool's topic, or the image workers')."""
     record = await find_record(
         settings.kafka_bootstrap,
-        TURNS_ASSEMBLED.full_name(settings.namespace),
+        tuple(t.full_name(settings.namespace) for t in assembled_topics(settings.pool_names)),
         lambda r: turn_id.encode() in r.value,
     )
     event = decode(record.value)

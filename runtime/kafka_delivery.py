@@ -4,7 +4,7 @@ aiokafka gives a batch one request timeout to be delivered, counted from its cre
 (idempotent producers excepted): a request that times out (a broker that stopped answering:
 paused, cut off) finds its batch already past that age, and the batch fails for good. A
 caller that does not send again loses the record (faust never does: a changelog entry, a
-`turns.assembled` of an accepted turn; a paused broker lost 2 of 126 turns this way).
+`turn.assembled` of an accepted turn; a paused broker lost 2 of 126 turns this way).
 A long request timeout only hides it: the send then waits for the silent broker, and the
 turns behind it with it.
 

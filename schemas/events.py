@@ -278,7 +278,8 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class TurnAssembled(Event, frozen=True, tag="turn.assembled"):
-    """A turn ready for an engine (Kafka `turns.assembled`, keyed by conversation): the full
+    """A turn ready for an engine (Kafka `inference.<pool>` or `images.requested`, keyed by
+    conversation, at the partition of the worker the router chose): the full
     prompt (persona, profile, retrieved context, history, `<image_N>` placeholders, query).
     With `error` set, assembly refused the turn and inference only closes it."""
 
@@ -419,9 +420,13 @@ class TurnCompleted(Event, frozen=True, tag="turn.completed"):
     # from here whatever order the traces job reads its events in)
     screening: Screening | None = None
     output_safety: OutputSafety | None = None  # None: the answer was not checked
-    # True when an inference worker ended the turn, so a `turn.assembled` (prompt context,
-    # preprocessing time) exists and the trace waits for it, in whatever order they come
+    # True when an inference worker ended the turn: it was assembled (the three fields below
+    # say how). Older events had them only on `turn.assembled`, so a trace of one with
+    # `assembled` and no `context` still waits for that record
     assembled: bool = False
+    context: PromptContext | None = None  # how the prompt was built (from its TurnAssembled)
+    route: Route | None = None  # the router's decision
+    preprocess_ms: float = 0.0
     image: ImageGeneration | None = None  # an image-generation turn (workers/imagegen)
     # the engine options that answered (`EngineProfile.tag`, e.g. "spec=ngram:k4:n2-4,
     # quant=none,tp=1,..."); "" from engines without a profile and from older events

@@ -40,13 +40,6 @@ TURNS_ENRICHED = TopicSpec(
     retention_ms=7 * DAY_MS,
     doc="Turns after preprocessing (transcripts, image tensors by reference), for inference.",
 )
-TURNS_ASSEMBLED = TopicSpec(
-    name="turns.assembled",
-    partitions=8,
-    key="conversation_id",
-    retention_ms=7 * DAY_MS,
-    doc="Turns with their full prompt (history, profile, retrieved context), for inference.",
-)
 TURNS_COMPLETED = TopicSpec(
     name="turns.completed",
     partitions=8,
@@ -119,9 +112,10 @@ IMAGES_REQUESTED = TopicSpec(
     name="images.requested",
     partitions=8,
     key="conversation_id",
-    retention_ms=DAY_MS,
+    retention_ms=7 * DAY_MS,
     doc="Assembled turns that ask for a picture (the router's image_generation intent), for "
-    "the image-generation workers (workers/imagegen); progress and the image go over Redis.",
+    "the image-generation workers (workers/imagegen); progress and the image go over Redis. "
+    "With the pools' topics, the record of every assembled turn (the events log reads it).",
 )
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
@@ -137,20 +131,28 @@ POOL_PARTITIONS = 8  # up to this many workers per pool, each owning partitions 
 
 def pool_topic(pool: str) -> TopicSpec:
     """The work queue of one inference pool: the router writes each assembled turn to the
-    partition of the worker it chose (a worker owns the partitions Kafka assigns it)."""
+    partition of the worker it chose (a worker owns the partitions Kafka assigns it). It is
+    also the turn's only `turn.assembled` record (kept as long as the other turn topics)."""
     return TopicSpec(
         name=f"inference.{pool}",
         partitions=POOL_PARTITIONS,
         key="conversation_id, at the chosen worker's partition",
-        retention_ms=DAY_MS,
-        doc=f"Assembled turns for the {pool!r} pool, at the partition of the chosen worker.",
+        retention_ms=7 * DAY_MS,
+        doc=f"Assembled turns for the {pool!r} pool, at the partition of the chosen worker: "
+        "the work, and the record of how each prompt was built (the events log reads it).",
     )
+
+
+def assembled_topics(pools: tuple[str, ...] = DEFAULT_POOLS) -> tuple[TopicSpec, ...]:
+    """Where every `turn.assembled` is: the work queue it went to (a pool's, or the image
+    workers'). One record a turn, not a copy on a topic of its own: the trace reads the
+    assembly from the completion, which the worker fills from the record it was given."""
+    return (*(pool_topic(pool) for pool in pools), IMAGES_REQUESTED)
 
 
 REGISTRY: tuple[TopicSpec, ...] = (
     TURNS_SUBMITTED,
     TURNS_ENRICHED,
-    TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TRACES,
     TRACE_TICKS,

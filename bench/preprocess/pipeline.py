@@ -22,7 +22,7 @@ from runtime.processes import free_port, stop_roles
 from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import DecodingParams, FinishReason
-from schemas.topics import TURNS_ASSEMBLED, TURNS_ENRICHED, TURNS_SUBMITTED
+from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED, assembled_topics
 from workers.inference.engines.fake_engine import FakeEngine
 from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, audio_part
@@ -128,7 +128,9 @@ async def hop_split(settings: Settings, turns: list[Turn]) -> dict[str, dict[str
     turn's own stamps: submitted_at (edge), queue/ttft (worker), first text (client)."""
     ns = settings.namespace
     stamps: dict[str, dict[str, tuple[int, object]]] = {}
-    for name, spec in (("sub", TURNS_SUBMITTED), ("enr", TURNS_ENRICHED), ("asm", TURNS_ASSEMBLED)):
+    sources = [("sub", TURNS_SUBMITTED), ("enr", TURNS_ENRICHED)]
+    sources += [("asm", spec) for spec in assembled_topics(settings.pool_names)]
+    for name, spec in sources:
         records = await records_so_far(settings.kafka_bootstrap, spec.full_name(ns), lambda r: True)
         for record in records:
             event = decode(record.value)

@@ -622,7 +622,6 @@ def _topics(
     """Partitions per topic: peak messages and bytes ÷ one partition's rate, and at least one
     partition per process of each consuming group (a process without one idles)."""
     q, cpt = load.peak_qps, p.chars_per_token
-    prompt = sum(pp.share * pp.prompt_tokens for pp in pools)
     output = sum(pp.share * pp.output_tokens for pp in pools)
     window_bytes = (p.safety_window_tokens + p.safety_overlap_tokens) * cpt + 500
     replicas = sum(pp.replicas_peak for pp in pools)
@@ -631,7 +630,6 @@ def _topics(
     flows: dict[str, tuple[float, float, tuple[str, ...]]] = {
         "turns.submitted": (q, 1_000, ("preprocess", "traces", "sink")),
         "turns.enriched": (q, 1_500, ("assembly", "traces", "sink")),
-        "turns.assembled": (q, prompt * cpt + 1_000, ("traces", "sink")),
         "turns.completed": (q, output * cpt + 1_000, ("traces", "sink")),
         "traces": (q, output * 4 + 2_000, ("sink",)),  # the trace holds each token's gap
         "safety.windows": (q * output / p.safety_window_tokens, window_bytes, ("safety",)),
@@ -646,8 +644,11 @@ def _topics(
     for pp in pools:
         size = pp.prompt_tokens * cpt + 1_000
         name = f"inference.{pp.name}"
+        # the work queue is also the turn's assembled record: the sink's events log reads it
         out.append(
-            _topic(name, pp.peak_qps, size, consumers=(pp.name,), procs=pp.replicas_peak, p=p)
+            _topic(
+                name, pp.peak_qps, size, consumers=(pp.name, "sink"), procs=pp.replicas_peak, p=p
+            )
         )
     return tuple(out)
 

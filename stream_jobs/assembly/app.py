@@ -1,14 +1,16 @@
 """The assembly job: faust agent over `turns.enriched` + `turns.completed`, one table.
 
 Each assembled turn is routed (`routing`: a pool by meaning, a worker of that pool by its
-load and prefix cache) and written twice: to the chosen pool's topic `inference.<pool>`, at
-the chosen worker's partition (the work), and to `turns.assembled` (the record every turn
-leaves, which traces and replays read).
+load and prefix cache) and written once, to the chosen pool's topic `inference.<pool>` at the
+chosen worker's partition (or to `images.requested`): the work, and the turn's record of how
+its prompt was built (the events log reads it there; the worker copies the assembly onto
+the turn's completion, where the trace reads it).
 
-Both topics are keyed by conversation and have the same partition count, so one agent sees a
-conversation's turns and completions in order on one partition, and the table row of that
-conversation lives with them (its changelog partition is the events' partition). Processing
-is at-least-once: a redelivered event finds its effect in the table and is not applied twice.
+Both topics it reads are keyed by conversation and have the same partition count, so one
+agent sees a conversation's turns and completions in order on one partition, and the table
+row of that conversation lives with them (its changelog partition is the events' partition).
+Processing is at-least-once: a redelivered event finds its effect in the table and is not
+applied twice.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ from schemas.ids import now_ms
 from schemas.topics import (
     DEAD_LETTERS,
     IMAGES_REQUESTED,
-    TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TURNS_ENRICHED,
     pool_topic,
@@ -138,7 +139,6 @@ class AssemblyJob:
         self._redis_url = settings.redis_url
         self._redis: Redis | None = None
         self.source = app.topic(TURNS_ENRICHED.full_name(ns), TURNS_COMPLETED.full_name(ns))
-        self.assembled = app.topic(TURNS_ASSEMBLED.full_name(ns))
         pools = settings.pool_names
         self.pool_topics = {pool: app.topic(pool_topic(pool).full_name(ns)) for pool in pools}
         self.images = app.topic(IMAGES_REQUESTED.full_name(ns))  # picture requests
@@ -392,7 +392,7 @@ class AssemblyJob:
         await self._send(refused)
 
     async def _send(self, assembled: TurnAssembled) -> None:
-        """To the pool's topic at the picked worker's partition, and to the record."""
+        """To the pool's topic at the picked worker's partition (the only record of it)."""
         key = assembled.submitted.conversation_id.encode()
         value = encode(assembled)
         route = assembled.route
@@ -402,8 +402,6 @@ class AssemblyJob:
         pool_topic = self.images if route.pool == IMAGE_POOL else self.pool_topics[route.pool]
         with producing(pool_topic.get_topic_name(), turn_id=assembled.turn_id) as headers:
             await pool_topic.send(key=key, value=value, partition=partition, headers=headers)
-        with producing(self.assembled.get_topic_name(), turn_id=assembled.turn_id) as headers:
-            await self.assembled.send(key=key, value=value, headers=headers)
 
     async def _profile(self, tenant_id: str, user_id: str) -> str:
         try:

@@ -12,8 +12,9 @@ ids, so the sink's deduplication is the second line, not the first.
 Timeouts: the job sends itself a tick per partition (topic `traces.ticks`, co-partitioned)
 every `TURNSTREAM_TRACE_TICK_S`; on a tick it closes the partition's turns older than
 `TURNSTREAM_TRACE_TIMEOUT_S` with a `timed_out` trace, and the completed turns that waited
-longer than `TURNSTREAM_TRACE_ASSEMBLY_GRACE_S` for their `turn.assembled` without it. The
-ticks are replayed with the rest, so a rebuild closes what the job had closed.
+longer than `TURNSTREAM_TRACE_ASSEMBLY_GRACE_S` for an assembly they do not carry (a
+completion from before completions carried it; `state`). The ticks are replayed with the
+rest, so a rebuild closes what the job had closed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from schemas.ids import now_ms
 from schemas.topics import (
     TRACE_TICKS,
     TRACES,
-    TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TURNS_ENRICHED,
     TURNS_SUBMITTED,
@@ -60,7 +60,8 @@ def create_app(settings: Settings) -> faust.App:
 class TracesJob:
     def __init__(self, app: faust.App, settings: Settings) -> None:
         ns = settings.namespace
-        sources = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_ASSEMBLED, TURNS_COMPLETED)
+        # how a turn was assembled rides on its completion: `turns.assembled` is not read
+        sources = (TURNS_SUBMITTED, TURNS_ENRICHED, TURNS_COMPLETED)
         self.ticks_topic = TRACE_TICKS.full_name(ns)
         self.read_topics = (*(t.full_name(ns) for t in sources), self.ticks_topic)
         self.app = app

@@ -1,12 +1,14 @@
 """What the traces job knows about a turn until its trace is complete, and the join (pure).
 
-A turn's events arrive on four topics (all keyed by conversation, so on one partition):
-submitted, enriched (preprocessing time), assembled (how the prompt was built, without the
-prompt itself), completed. The trace is emitted once both ends are known, whatever order
-they came in; a duplicate of any event changes nothing. A turn an inference worker ended
-was assembled first, so its trace also waits for `turn.assembled` (which carries the
-preprocessing time and screening on): the topics are read in no fixed order, and a trace
-emitted early would lose them. `close` ends the wait when that event never comes.
+A turn's events arrive on three topics (all keyed by conversation, so on one partition):
+submitted, enriched (preprocessing time, the input screen), completed (the answer, and, for
+a turn an inference worker ended, how its prompt was assembled and routed: the worker copies
+that from the `turn.assembled` it was given). The trace is emitted once both ends are known,
+whatever order they came in; a duplicate of any event changes nothing.
+
+Older completions did not carry the assembly: their `turn.assembled` came on a fourth topic,
+so a completion with `assembled` set and no `context` still waits for it (replays of old
+topics); `close` ends the wait when that event never comes.
 """
 
 from __future__ import annotations
@@ -57,8 +59,11 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.screening = pending.screening or event.screening
             pending.submitted = pending.submitted or event.submitted
         case TurnCompleted():
-            pending.completed = without_verdicts(event)
+            pending.completed = as_traced(event)
             pending.screening = event.screening or pending.screening
+            pending.context = event.context or pending.context
+            pending.route = event.route or pending.route
+            pending.preprocess_ms = pending.preprocess_ms or event.preprocess_ms
         case _:
             return None
     submitted, completed = pending.submitted, pending.completed
@@ -76,7 +81,8 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
 
 
 def ready(pending: PendingTrace) -> bool:
-    """Both ends known, and the assembly too when the turn was assembled."""
+    """Both ends known, and the assembly too when the turn was assembled (on the completion
+    since it carries it; from an older event's `turn.assembled` otherwise)."""
     if pending.submitted is None or pending.completed is None:
         return False
     return pending.context is not None or not pending.completed.assembled
@@ -110,9 +116,12 @@ def expired(opened: dict[bytes, float], now_ms: float, timeout_ms: float) -> lis
     return [key for key, first_seen in opened.items() if now_ms - first_seen >= timeout_ms]
 
 
-def without_verdicts(completed: TurnCompleted) -> TurnCompleted:
-    """The completion as the trace keeps it: the verdicts it carried are in the events log
-    (a row each) and counted in its `output_safety`; the trace does not repeat them."""
-    if not completed.verdicts:
+def as_traced(completed: TurnCompleted) -> TurnCompleted:
+    """The completion as the trace keeps it, without what the trace holds elsewhere: the
+    verdicts it carried are in the events log (a row each) and counted in its
+    `output_safety`; how the turn was assembled is in the trace's own fields."""
+    if not completed.verdicts and completed.context is None and completed.route is None:
         return completed
-    return msgspec.structs.replace(completed, verdicts=[])
+    return msgspec.structs.replace(
+        completed, verdicts=[], context=None, route=None, preprocess_ms=0.0
+    )

@@ -13,26 +13,12 @@ import pytest
 from flywheel import canary
 from harness.chdb import check_in_fresh_engine
 from harness.factories import new_conversation_id as conv
-from harness.kafka import records_so_far
+from harness.kafka import assembled_prompt
 from harness.polling import eventually
-from schemas.codec import decode
 from schemas.events import TurnAssembled
-from schemas.topics import TURNS_ASSEMBLED
 from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration
-
-
-async def assembled(settings, turn_id: str) -> TurnAssembled:
-    topic = TURNS_ASSEMBLED.full_name(settings.namespace)
-    found: list = []
-
-    async def arrived() -> bool:
-        found[:] = await records_so_far(settings.kafka_bootstrap, topic, lambda r: True)
-        return any(decode(r.value).turn_id == turn_id for r in found)
-
-    await eventually(arrived, timeout_s=60, every_s=0.5)
-    return next(e for r in found if (e := decode(r.value)).turn_id == turn_id)
 
 
 async def test_a_canary_arm_runs_the_candidate_until_rollback(fake_pipeline, tmp_path):
@@ -50,7 +36,7 @@ async def test_a_canary_arm_runs_the_candidate_until_rollback(fake_pipeline, tmp
             token = fake_pipeline.token("ann", tenant)
             async with EdgeClient.connect(fake_pipeline.url, token) as client:
                 done = await client.ask(conv(), "hello")
-            return await assembled(settings, done.turn_id)
+            return await assembled_prompt(settings, done.turn_id)
 
         async def in_arm() -> bool:  # the edges re-read the experiment within a second
             return (await routed("canaryco")).submitted.arm == "terse"
@@ -72,7 +58,7 @@ async def test_a_canary_arm_runs_the_candidate_until_rollback(fake_pipeline, tmp
         token = fake_pipeline.token("ann", "canaryco")
         async with EdgeClient.connect(fake_pipeline.url, token) as client:
             done = await client.ask(conv(), "hello again")
-        return (await assembled(settings, done.turn_id)).submitted.arm == ""
+        return (await assembled_prompt(settings, done.turn_id)).submitted.arm == ""
 
     await eventually(back_to_control, timeout_s=30, every_s=0.5)
 

@@ -66,7 +66,7 @@ STAGES = [
 TOPIC_OF = {
     "turn.submitted": "turns.submitted",
     "turn.enriched": "turns.enriched",
-    "turn.assembled": "turns.assembled",
+    "turn.assembled": "inference.chat",  # the pool's work queue is its record
     "turn.completed": "turns.completed",
     "feedback.given": "feedback",
 }

@@ -39,7 +39,7 @@ CHECK = textwrap.dedent("""
     rows = [
         (*event_row(e, now_ms=now), f"ns.{topic}", 3, offset)
         for offset, (e, topic) in enumerate(zip(events, [
-            "turns.submitted", "turns.enriched", "turns.assembled", "turns.completed",
+            "turns.submitted", "turns.enriched", "inference.chat", "turns.completed",
             "turns.submitted",
         ]))
     ]
@@ -62,7 +62,7 @@ CHECK = textwrap.dedent("""
         "kafka_topic, kafka_offset FROM turnstream.events "
         "WHERE turn_id = 't1' AND kind = 'turn.assembled'"
     ).result_rows
-    assert prompt == [("q", "ns.turns.assembled", 2)], prompt
+    assert prompt == [("q", "ns.inference.chat", 2)], prompt
     print("ok")
 """)
 

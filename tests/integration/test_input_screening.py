@@ -23,6 +23,7 @@ from schemas.events import (
     TurnCompleted,
     TurnEnriched,
 )
+from schemas.topics import assembled_topics
 from ws_edge.client import EdgeClient, image_part
 from ws_edge.messages import ResponseStarted
 
@@ -49,12 +50,13 @@ async def test_an_injection_is_refused_before_the_engine_and_kept_out_of_history
     prompt = await assembled_prompt(settings, after.turn_id)
     assert all(INJECTION not in m.content for m in prompt.messages)
 
-    assembled = await records_so_far(
-        settings.kafka_bootstrap,
-        f"{settings.namespace}.turns.assembled",
-        lambda r: blocked_id.encode() in r.value,
-    )
-    assert assembled == []  # nothing was assembled for the engine
+    for topic in assembled_topics(settings.pool_names):
+        assembled = await records_so_far(
+            settings.kafka_bootstrap,
+            topic.full_name(settings.namespace),
+            lambda r: blocked_id.encode() in r.value,
+        )
+        assert assembled == [], topic.name  # nothing was assembled for an engine
     completed = decode(
         (
             await find_record(

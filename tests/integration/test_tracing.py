@@ -92,15 +92,13 @@ async def test_one_turn_is_one_trace_across_every_hop(traced: Traced):
         (here, f"process {ns}.turns.submitted"),  # preprocessing
         (here, f"send {ns}.turns.enriched"),
         (assembly, f"process {ns}.turns.enriched"),
-        (assembly, f"send {ns}.inference.chat"),
-        (assembly, f"send {ns}.turns.assembled"),
+        (assembly, f"send {ns}.inference.chat"),  # the work, and the turn's assembled record
         (here, f"process {ns}.inference.chat"),  # inference
         (here, "chat fake-echo"),
         (here, f"send {ns}.turns.completed"),
         (assembly, f"process {ns}.turns.completed"),  # the history
         (traces, f"process {ns}.turns.submitted"),
-        (traces, f"process {ns}.turns.assembled"),
-        (traces, f"process {ns}.turns.completed"),
+        (traces, f"process {ns}.turns.completed"),  # it carries how the turn was assembled
         (traces, f"send {ns}.traces"),
     ]
     await traced.wait_for(lambda: all(named(*e) for e in expected))

@@ -359,8 +359,8 @@ class ImageGenService:
         generation: ImageGeneration | None = None,
     ) -> TurnCompleted:
         """The turn's terminal event: an error outcome's shape, with this worker's image
-        facts, timings from the start of generation, and `assembled` (the trace waits for
-        the turn's `turn.assembled`, which the router wrote)."""
+        facts, timings from the start of generation, and how the turn was assembled (the
+        trace reads that here)."""
         turn = assembled.submitted
         now = self.clock_ms()
         if generation is None and job is not None:
@@ -385,6 +385,9 @@ class ImageGenService:
             error=error,
             screening=assembled.screening,
             assembled=True,
+            context=assembled.context,
+            route=assembled.route,
+            preprocess_ms=assembled.preprocess_ms,
             image=generation,
         )
 

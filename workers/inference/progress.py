@@ -8,13 +8,24 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from schemas.events import ErrorInfo, FinishReason, Timings, TurnCompleted, TurnSubmitted, Usage
+from schemas.events import (
+    ErrorInfo,
+    FinishReason,
+    Timings,
+    TurnAssembled,
+    TurnCompleted,
+    TurnSubmitted,
+    Usage,
+)
 from workers.inference.engines.engine import GenerationDelta
 
 
 @dataclass(slots=True)
 class TurnProgress:
     turn: TurnSubmitted
+    # the record the turn came in: its completion says how the prompt was built (the trace
+    # reads it there); None only where a completion is not built (a replayed outcome)
+    assembled: TurnAssembled | None = None
     attempt: str = field(default_factory=lambda: secrets.token_hex(4))
     started_at_ms: float | None = None
     first_token_at_ms: float | None = None
@@ -82,5 +93,8 @@ class TurnProgress:
             completed_at_ms=now_ms,
             error=error,
             assembled=True,
+            context=None if self.assembled is None else self.assembled.context,
+            route=None if self.assembled is None else self.assembled.route,
+            preprocess_ms=0.0 if self.assembled is None else self.assembled.preprocess_ms,
             engine_options=engine_options,
         )

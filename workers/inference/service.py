@@ -1,9 +1,9 @@
 """The inference service: one turn from Kafka to tokens on the edge's Redis channel.
 
-Per turn (`turns.assembled`: the prompt is already built): skip it if already answered
-(redelivery) or cancelled; wait for earlier turns of the same conversation (they share a
-partition, so they are here); stream the engine's deltas to the edge; then record the
-outcome — decide it (claimed in Redis), publish it to Kafka `turns.completed`, mark it
+Per turn (a `turn.assembled` from the pool's topic: the prompt is already built): skip it if
+already answered (redelivery) or cancelled; wait for earlier turns of the same conversation
+(they share a partition, so they are here); stream the engine's deltas to the edge; then
+record the outcome — decide it (claimed in Redis), publish it to Kafka `turns.completed`, mark it
 done, relay it to the edge (`workers/runtime/outcome.py`). Every turn ends in exactly one
 `turn.completed` (stop, length, cancelled or error).
 
@@ -185,11 +185,11 @@ class InferenceService:
     async def run_turn(self, assembled: TurnAssembled, ticket: Held | None = None) -> None:
         turn = assembled.submitted
         if assembled.error is not None:  # refused upstream: close it, generate nothing
-            await self._finish(TurnProgress(turn), FinishReason.ERROR, assembled.error)
+            await self._finish(TurnProgress(turn, assembled), FinishReason.ERROR, assembled.error)
             return
         held = self._conversations.users(turn.conversation_id)
         if held >= self.config.max_queued_per_conversation:
-            await self._refuse_busy(turn, held)
+            await self._refuse_busy(assembled, held)
             return
         async with self._conversations.hold(turn.conversation_id):
             # One round trip for everything the turn needs to know before it starts.
@@ -217,7 +217,7 @@ class InferenceService:
                 log.info("turn %s: waited %.1f s for its live attempt", turn.turn_id, waited)
             if (recorded or decided) is not None and await self._replay(turn, recorded, decided):
                 return  # inside the lock: a duplicate waits for the original, then replays
-            progress = TurnProgress(turn)
+            progress = TurnProgress(turn, assembled)
             channel = self.names.edge_channel(turn.edge_id)
             if cancelled:
                 await self._finish(progress, FinishReason.CANCELLED)
@@ -570,19 +570,19 @@ class InferenceService:
         observe_completed(completed, self.config.pool)
         return completed
 
-    async def _refuse_busy(self, turn: TurnSubmitted, held: int) -> None:
+    async def _refuse_busy(self, assembled: TurnAssembled, held: int) -> None:
         """Answer at once (retryable error) instead of queueing behind `held` turns of the
         same conversation: a flood of one conversation must not hold every consumer slot."""
         message = f"{held} turns of this conversation are already queued; retry later"
         error = ErrorInfo("conversation_busy", message, retryable=True)
-        await self._finish(TurnProgress(turn), FinishReason.ERROR, error)
+        await self._finish(TurnProgress(assembled.submitted, assembled), FinishReason.ERROR, error)
 
     async def fail_turn(self, event: AnyEvent, reason: str) -> None:
         """Last resort when handling a turn failed unexpectedly: the client still gets a
         `response.done` (finish_reason error) instead of waiting forever."""
         if not isinstance(event, TurnAssembled):
             return
-        progress = TurnProgress(event.submitted)
+        progress = TurnProgress(event.submitted, event)
         error = ErrorInfo("internal_error", f"the turn failed: {reason}"[:500], retryable=True)
         await self._finish(progress, FinishReason.ERROR, error)
 

@@ -20,12 +20,12 @@ from schemas.topics import (
     FEEDBACK,
     SAFETY_VERDICTS,
     TRACES,
-    TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     TURNS_ENRICHED,
     TURNS_SUBMITTED,
     WORKERS_METRICS,
     TopicSpec,
+    assembled_topics,
 )
 from schemas.traces import TRACE_COLUMNS
 from workers.runtime.kafka import make_consumer, make_producer
@@ -87,11 +87,11 @@ EVENTS_TABLE = TableSpec(
     row_of=lambda event, now: event_rows(event, now_ms=now),
     stamp_index=EVENT_COLUMNS.index("at"),
 )
-# every event of a turn, one route: a new event type's topic joins this tuple
+# every event of a turn, one route: a new event type's topic joins this tuple (the
+# assembled turns are read from the pools' work queues: `turn_event_topics`)
 TURN_EVENT_TOPICS = (
     TURNS_SUBMITTED,
     TURNS_ENRICHED,
-    TURNS_ASSEMBLED,
     TURNS_COMPLETED,
     FEEDBACK,
     SAFETY_VERDICTS,
@@ -104,6 +104,13 @@ ROUTES: dict[str, tuple[tuple[TopicSpec, ...], TableSpec]] = {
     "metrics": ((WORKERS_METRICS,), METRICS_TABLE),
     "events": (TURN_EVENT_TOPICS, EVENTS_TABLE),
 }
+
+
+def route_topics(name: str, pools: tuple[str, ...]) -> tuple[TopicSpec, ...]:
+    """What a route reads; the events route also reads where the assembled turns are (the
+    configured pools' work queues)."""
+    topics = ROUTES[name][0]
+    return (*topics, *assembled_topics(pools)) if name == "events" else topics
 
 
 @contextlib.asynccontextmanager
@@ -122,8 +129,10 @@ async def run_sink(
     tasks = []
     try:
         for name in routes:
-            sources, spec = ROUTES[name]
-            topics = [source.full_name(settings.namespace) for source in sources]
+            spec = ROUTES[name][1]
+            topics = [
+                t.full_name(settings.namespace) for t in route_topics(name, settings.pool_names)
+            ]
             consumer = make_consumer(settings, route_group(settings.namespace, name), sink_id)
             await consumer.start()
             consumers.append(consumer)

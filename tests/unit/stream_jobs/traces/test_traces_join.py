@@ -77,9 +77,32 @@ def test_a_turn_without_completion_is_closed_as_timed_out():
     assert (row["status"], row["error_code"], row["e2e_ms"]) == ("timed_out", "timed_out", 60_000.0)
 
 
+def test_a_completion_that_carries_its_assembly_needs_no_assembled_record():
+    """How an inference worker's completion comes now: the trace is whole without a
+    `turn.assembled` (there is no topic of them to read)."""
+    from schemas.events import Route
+
+    context = PromptContext(history_messages=3, dropped_messages=1, prompt_tokens=77)
+    route = Route(pool="reasoning", reason="semantic", worker_id="w2", partition=5)
+    pending = PendingTrace()
+    assert on_event(pending, submitted("t10")) is None
+    done = completed("t10", assembled=True, context=context, route=route, preprocess_ms=6.5)
+    trace = on_event(pending, done)
+    assert trace is not None
+    assert (trace.context, trace.route, trace.preprocess_ms) == (context, route, 6.5)
+    assert trace.completed is not None  # held once, in the trace's own fields
+    assert (trace.completed.context, trace.completed.route) == (None, None)
+    # the enriched event, read first, keeps its own preprocessing time
+    pending = PendingTrace()
+    on_event(pending, enriched("t11", preprocess_ms=3.0))
+    trace = on_event(pending, completed("t11", assembled=True, context=context, preprocess_ms=9))
+    assert trace is not None and trace.preprocess_ms == 3.0 and trace.context == context
+
+
 def test_an_answered_turn_waits_for_its_assembly_whatever_order_the_topics_are_read_in():
-    """The race seen live: submitted and completed read before enriched and assembled gave a
-    trace without preprocessing time, prompt context or screening."""
+    """An older completion, without the assembly. The race seen live: submitted and
+    completed read before enriched and assembled gave a trace without preprocessing time,
+    prompt context or screening."""
     from stream_jobs.traces.state import awaiting_assembly
 
     allowed = Screening(action=SafetyAction.ALLOW, elapsed_ms=0.5)

@@ -30,3 +30,30 @@ def test_turn_without_tokens_has_no_ttft():
         finish_reason=FinishReason.CANCELLED, now_ms=1003.0, model="m", worker_id="w"
     )
     assert done.timings.ttft_ms is None and done.text == "" and done.timings.itl_ms == []
+
+
+def test_the_completion_says_how_the_turn_was_assembled():
+    """The trace reads the prompt's context, the route and the preprocessing time here: no
+    record of the assembled turn is written besides the work queue's."""
+    from schemas.events import PromptContext, Route, TurnAssembled
+
+    context = PromptContext(history_messages=4, dropped_messages=0, prompt_tokens=120)
+    route = Route(pool="chat", reason="semantic", worker_id="w1", partition=3)
+    assembled = TurnAssembled(
+        turn_id="t",
+        submitted=turn(),
+        messages=[],
+        context=context,
+        assembled_at_ms=1004.0,
+        preprocess_ms=2.5,
+        route=route,
+    )
+    done = TurnProgress(turn(), assembled).completed(
+        finish_reason=FinishReason.STOP, now_ms=1100.0, model="m", worker_id="w1"
+    )
+    assert done.assembled
+    assert (done.context, done.route, done.preprocess_ms) == (context, route, 2.5)
+    bare = TurnProgress(turn()).completed(
+        finish_reason=FinishReason.STOP, now_ms=1100.0, model="m", worker_id="w1"
+    )
+    assert (bare.context, bare.route, bare.preprocess_ms) == (None, None, 0.0)

@@ -29,7 +29,7 @@ from schemas.events import (
     WorkerMetrics,
 )
 from schemas.ids import now_ms
-from workers.sink.app import ROUTES
+from workers.sink.app import ROUTES, route_topics
 from workers.sink.event_log import EVENT_COLUMNS, MAX_PAYLOAD_BYTES, event_row, event_rows
 from workers.sink.rows import RowRejected
 
@@ -206,16 +206,20 @@ def test_events_the_log_does_not_keep_give_no_row():
 
 
 def test_the_route_reads_every_topic_of_a_turn_into_events():
-    topics, spec = ROUTES["events"]
-    names = {t.name for t in topics}
+    spec = ROUTES["events"][1]
+    names = {t.name for t in route_topics("events", ("chat", "reasoning", "code"))}
     assert names == {
         "turns.submitted",
         "turns.enriched",
-        "turns.assembled",
+        "inference.chat",  # the assembled turns: where the router sent them
+        "inference.reasoning",
+        "inference.code",
+        "images.requested",
         "turns.completed",
         "feedback",
         "safety.verdicts",
     }
+    assert {t.name for t in route_topics("turns", ("chat",))} == {"turns.completed"}
     assert spec.table.endswith(".events") and spec.columns == EVENT_COLUMNS
     assert not {"kafka_topic", "kafka_partition", "kafka_offset"} & set(EVENT_COLUMNS)
     [row] = spec.row_of(turn(), NOW)
