@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from runtime import heap
 from runtime.heap import HeapKeeper, HeapPolicy, Step, next_step
 
 NEVER_THAW = HeapPolicy(1.0, thaw_floor=10**12)
@@ -71,6 +72,7 @@ def test_the_clock_since_the_last_thaw_decides_with_the_growth() -> None:
         dict(freeze_interval_s=1, thaw_growth=1.0),
         dict(freeze_interval_s=1, thaw_floor=-1),
         dict(freeze_interval_s=1, thaw_every_s=-1),
+        dict(freeze_interval_s=1, count_every_s=-1),
     ],
 )
 def test_policy_rejects_nonsense(bad: dict[str, float]) -> None:
@@ -133,3 +135,20 @@ def test_cancelling_the_keeper_thaws_the_heap() -> None:
 
     assert asyncio.run(scenario()) > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_the_frozen_heap_is_counted_at_most_every_count_interval(monkeypatch) -> None:
+    """Counting walks every frozen object: once a thaw is allowed but the heap has not
+    grown enough, it is not counted again at every step."""
+    now = [0.0]
+    policy = HeapPolicy(1.0, thaw_floor=10**12, thaw_every_s=600, count_every_s=30)
+    keeper = HeapKeeper(policy, clock_s=lambda: now[0])
+    keeper.start()
+    monkeypatch.setattr(heap, "SLOW_STEP_MS", float("inf"))  # a slow step counts to log
+    counts = []
+    real_count = gc.get_freeze_count
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: counts.append(now[0]) or real_count())
+    for second in (599, 600, 600.5, 629, 630, 631):
+        now[0] = second
+        assert keeper.step() is Step.FREEZE
+    assert counts == [600, 630]
