@@ -20,6 +20,8 @@ from ws_edge.client import EdgeClient
 
 pytestmark = pytest.mark.integration
 
+POLL_S = 1.0  # no faster than the free tier's request refill (one a second)
+
 
 async def test_a_canary_arm_runs_the_candidate_until_rollback(fake_pipeline, tmp_path):
     settings = fake_pipeline.settings
@@ -41,7 +43,9 @@ async def test_a_canary_arm_runs_the_candidate_until_rollback(fake_pipeline, tmp
         async def in_arm() -> bool:  # the edges re-read the experiment within a second
             return (await routed("canaryco")).submitted.arm == "terse"
 
-        await eventually(in_arm, timeout_s=30, every_s=0.5)
+        # a poll is a turn of the tenant (free tier: 15 requests of burst, one a second
+        # refilled): polling faster than the refill ran it out behind a slow pipeline
+        await eventually(in_arm, timeout_s=30, every_s=POLL_S)
         turn = await routed("canaryco")
         assert turn.messages[0].role == "system"
         assert turn.messages[0].content.startswith("CANARY PERSONA")
@@ -60,7 +64,7 @@ async def test_a_canary_arm_runs_the_candidate_until_rollback(fake_pipeline, tmp
             done = await client.ask(conv(), "hello again")
         return (await assembled_prompt(settings, done.turn_id)).submitted.arm == ""
 
-    await eventually(back_to_control, timeout_s=30, every_s=0.5)
+    await eventually(back_to_control, timeout_s=30, every_s=POLL_S)
 
 
 COMPARE = textwrap.dedent("""
