@@ -132,13 +132,18 @@ class IsolatedServices:
         log = self.home / "logs" / "services.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as out:
-            subprocess.run(
+            done = subprocess.run(
                 [str(INFRA / script[0]), *script[1:]],
                 cwd=REPO,
                 env=self.env,
-                check=True,
+                check=False,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+            )
+        if done.returncode != 0:  # the home goes with the run: say why here
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+            raise RuntimeError(
+                f"{' '.join(script)} exited {done.returncode}; the end of {log}:\n{tail}"
             )
 
     def start(self) -> None:
