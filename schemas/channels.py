@@ -26,6 +26,11 @@ class RedisNames:
         """Pub/sub channel an inference worker hears its answers' safety verdicts on."""
         return f"{self.prefix}:safety:{worker_id}"
 
+    def safety_windows_key(self) -> str:
+        """List the inference workers push their answers' safety windows onto and the safety
+        workers pop them from (a work queue: `workers/runtime/work_list.py`)."""
+        return f"{self.prefix}:safety:windows"
+
     def control_channel(self) -> str:
         """Pub/sub channel every inference worker listens on for cancellations."""
         return f"{self.prefix}:control"

@@ -570,11 +570,12 @@ class SafetyVerdict(Event, frozen=True, tag="safety.verdict", kw_only=True):
 
 
 class OutputWindow(Event, frozen=True, tag="safety.window", kw_only=True):
-    """A window of a streaming answer to classify (Kafka `safety.windows`, keyed by turn):
-    about 50 tokens plus the tail of the previous window (`moderation.windows`), so a
-    phrase split across two windows is seen whole. The safety worker publishes its
-    `SafetyVerdict` to the Redis channel `reply_to` (the inference worker streaming the
-    answer, which carries it on the turn's `turn.completed`)."""
+    """A window of a streaming answer to classify (queued on the Redis list
+    `RedisNames.safety_windows_key`, a work queue, not Kafka: it is worthless after its
+    stream's deadline): about 50 tokens plus the tail of the previous window
+    (`moderation.windows`), so a phrase split across two windows is seen whole. The safety
+    worker publishes its `SafetyVerdict` to the Redis channel `reply_to` (the inference
+    worker streaming the answer, which carries it on the turn's `turn.completed`)."""
 
     conversation_id: str
     tenant_id: str

@@ -85,15 +85,6 @@ SAFETY_VERDICTS = TopicSpec(
     "The input screen's and the output windows' verdicts ride on the turn's own events "
     "(turns.enriched, turns.completed).",
 )
-SAFETY_WINDOWS = TopicSpec(
-    name="safety.windows",
-    partitions=8,
-    key="turn_id",
-    retention_ms=DAY_MS,
-    doc="Windows of streaming answers for the incremental safety check (workers/safety); "
-    "verdicts go back over Redis to the inference worker, which records them on the turn's "
-    "turns.completed.",
-)
 SAFETY_ALERTS = TopicSpec(
     name="safety.alerts",
     partitions=1,
@@ -159,7 +150,6 @@ REGISTRY: tuple[TopicSpec, ...] = (
     FEEDBACK,
     WORKERS_METRICS,
     SAFETY_VERDICTS,
-    SAFETY_WINDOWS,
     SAFETY_ALERTS,
     TTS_SEGMENTS,
     IMAGES_REQUESTED,

@@ -186,8 +186,6 @@ class Platform:
     asr_core_s_per_voice_turn: float = 0.67  # Whisper tiny.en int8, 12 audio-s/s on 2 cores
     tts_core_ms_per_char: float = 16.0  # piper, 150–330 ms per 15-character piece
     chars_per_token: float = 4.0
-    safety_window_tokens: float = 50
-    safety_overlap_tokens: float = 10
     tts_segment_chars: float = 15
     metrics_per_s_per_replica: float = 2.0  # TURNSTREAM_METRICS_INTERVAL_MS = 500
 
@@ -623,7 +621,6 @@ def _topics(
     partition per process of each consuming group (a process without one idles)."""
     q, cpt = load.peak_qps, p.chars_per_token
     output = sum(pp.share * pp.output_tokens for pp in pools)
-    window_bytes = (p.safety_window_tokens + p.safety_overlap_tokens) * cpt + 500
     replicas = sum(pp.replicas_peak for pp in pools)
     # name: (messages/s, bytes per message, consuming roles); sizes are estimates: the JSON
     # envelope (~1 KB) plus the text the event carries
@@ -632,7 +629,6 @@ def _topics(
         "turns.enriched": (q, 1_500, ("assembly", "traces", "sink")),
         "turns.completed": (q, output * cpt + 1_000, ("traces", "sink")),
         "traces": (q, output * 4 + 2_000, ("sink",)),  # the trace holds each token's gap
-        "safety.windows": (q * output / p.safety_window_tokens, window_bytes, ("safety",)),
         "tts.segments": (q * w.voice_share * output * cpt / p.tts_segment_chars, 300, ("tts",)),
         "workers.metrics": (replicas * p.metrics_per_s_per_replica, 300, ("sink",)),
     }

@@ -10,7 +10,7 @@ from moderation.output_gate import GateConfig, Policy, tier_policies
 from runtime.settings import Settings
 from runtime.state_board import StateBoard
 from schemas.ids import now_ms
-from schemas.topics import SAFETY_WINDOWS, TTS_SEGMENTS, WORKERS_METRICS, pool_topic
+from schemas.topics import TTS_SEGMENTS, WORKERS_METRICS, pool_topic
 from workers.inference.engines.engine import Engine, options_tag
 from workers.inference.engines.engine_profile import EngineProfile
 from workers.inference.images.image_budget import ImageBudget
@@ -119,7 +119,6 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
                 tier: output_gate_config(settings, policy)
                 for tier, policy in tier_policies(settings.safety_output_policy_by_tier).items()
             },
-            windows_topic=clients.topic(SAFETY_WINDOWS),
             speech_topic=clients.topic(TTS_SEGMENTS),
             segments=SegmenterConfig(
                 min_chars=settings.tts_segment_min_chars,

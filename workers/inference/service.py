@@ -63,6 +63,7 @@ from workers.runtime.attempt_lease import release_lease, wait_for_live_attempt
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder, final_outcome
 from workers.runtime.relay import RelayPublisher
+from workers.runtime.work_list import push
 
 log = logging.getLogger("turnstream.inference")
 
@@ -75,7 +76,8 @@ class ServiceConfig:
     output_gate: GateConfig | None = None  # None: answers are not checked while streaming
     # per tier (the turn's, from admission) when it differs from `output_gate`
     tier_gates: Mapping[str, GateConfig | None] = field(default_factory=dict)
-    windows_topic: str = ""  # Kafka safety.windows (when output_gate is set)
+    # the safety windows' queue keeps its newest this many (a queue no worker pops is bounded)
+    windows_cap: int = 10_000
     speech_topic: str = ""  # Kafka tts.segments: answers asked to be spoken go there
     segments: SegmenterConfig = field(default_factory=SegmenterConfig)
     engine_options: str = ""  # the engine's options tag, recorded in every turn.completed
@@ -368,9 +370,15 @@ class InferenceService:
                 reply_to=reply_to,
                 sent_at_ms=self.clock_ms(),
             )
-            await self.producer.send(  # not awaited: the verdict's deadline covers delivery
-                self.config.windows_topic, encode(event), key=turn.turn_id.encode()
-            )
+            try:  # a Redis list, not Kafka: a window is worthless after its deadline
+                await push(
+                    self.redis,
+                    self.names.safety_windows_key(),
+                    encode(event),
+                    cap=self.config.windows_cap,
+                )
+            except RedisError as err:  # its verdict's deadline decides, as for a slow check
+                log.warning("window %d of %s not queued: %r", window.index, turn.turn_id, err)
 
         def stop(how: SafetyStop) -> None:
             log.info("turn %s stopped by the safety check: %s", turn.turn_id, how.error.code)

@@ -13,12 +13,11 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
-from workers.runtime.consumer import ConsumerLoop
 from workers.runtime.relay import RelayPublisher
 
 log = logging.getLogger("turnstream.worker")
@@ -26,11 +25,21 @@ log = logging.getLogger("turnstream.worker")
 S = TypeVar("S")
 
 
+class Loop(Protocol):
+    """What a service consumes with: `ConsumerLoop` (Kafka), `WorkListLoop` (a Redis list)."""
+
+    topics: list[str]
+
+    async def run(self) -> None: ...
+
+    async def drain(self, timeout_s: float) -> None: ...
+
+
 @dataclass
 class RunningService(Generic[S]):
     service: S
-    loop: ConsumerLoop
-    relay: RelayPublisher
+    loop: Loop
+    relay: RelayPublisher | None
     drain_s: float = 10.0  # on exit, how long in-flight turns may finish (0: drop them)
     failed: asyncio.Event = field(default_factory=asyncio.Event)  # a core task died
 
@@ -39,16 +48,20 @@ class RunningService(Generic[S]):
 async def run_service(
     service: S,
     *,
-    loop: ConsumerLoop,
-    relay: RelayPublisher,
+    loop: Loop,
+    relay: RelayPublisher | None,
     redis: Redis,
-    producer: AIOKafkaProducer,
-    consumer: AIOKafkaConsumer,
+    producer: AIOKafkaProducer | None,
+    consumer: AIOKafkaConsumer | None,
     background: dict[str, Coroutine[Any, Any, None]] | None = None,
 ) -> AsyncIterator[RunningService[S]]:
-    await producer.start()
-    await consumer.start()
-    helpers = [asyncio.create_task(relay.run(), name="relay")]
+    """`relay`, `producer`, `consumer`: None for a service without them (the safety worker
+    reads a Redis list and answers over Redis pub/sub)."""
+    if producer is not None:
+        await producer.start()
+    if consumer is not None:
+        await consumer.start()
+    helpers = [asyncio.create_task(relay.run(), name="relay")] if relay is not None else []
     helpers += [asyncio.create_task(c, name=n) for n, c in (background or {}).items()]
     consume = asyncio.create_task(loop.run(), name="consume")
     log.info("consuming %s", loop.topics)
@@ -67,13 +80,16 @@ async def run_service(
         consume.cancel()
         await asyncio.gather(consume, return_exceptions=True)
         await loop.drain(timeout_s=running.drain_s)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(relay.flushed(), timeout=5.0)
+        if relay is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(relay.flushed(), timeout=5.0)
         for task in helpers:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
-        await consumer.stop()
-        await producer.stop()
+        if consumer is not None:
+            await consumer.stop()
+        if producer is not None:
+            await producer.stop()
         await redis.aclose()
 
 

@@ -1,5 +1,5 @@
-"""The safety worker: windows of streaming answers in, verdicts out (consumer group
-`safety` on Kafka `safety.windows`).
+"""The safety worker: windows of streaming answers in (the Redis list
+`RedisNames.safety_windows_key`, a work queue: `workers/runtime/work_list.py`), verdicts out.
 
 A verdict goes to the Redis channel the window names (`reply_to`: the inference worker
 streaming that answer, waiting to release or cut), and only there: that worker records the
@@ -13,7 +13,10 @@ The check is synchronous (~5 ms a window with the category classifier,
 while one is being checked are checked together next (`Coalescing`: no waiting when idle,
 the classifier's batch shared under load); a check that fails on
 odd text still yields a verdict (the rules decide, the error is recorded), so no window is
-left without an answer.
+left without an answer. A window older than the stream's deadline when it is popped (a
+backlog behind a dead or overloaded worker) gets no verdict: its stream has decided already
+(hold-back failed closed, optimistic went on unaudited), so judging it would only make the
+backlog longer.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ log = logging.getLogger("turnstream.safety")
 @dataclass(frozen=True, slots=True)
 class SafetyServiceConfig:
     worker_id: str
+    deadline_ms: float = float("inf")  # a window older than this is not judged
 
 
 class SafetyService:
@@ -60,10 +64,14 @@ class SafetyService:
         self.checks: Coalescing[str, Verdict] = Coalescing(check.check_many, max_batch=16)
         self.judged = 0
         self.cut = 0
+        self.expired = 0  # windows popped after their stream's deadline: not judged
 
     async def handle(self, event: AnyEvent) -> None:
         if not isinstance(event, OutputWindow):
             log.warning("ignoring %s on the windows topic", type(event).__name__)
+            return
+        if self.clock_ms() - event.sent_at_ms > self.config.deadline_ms:
+            self.expired += 1
             return
         verdict = await self.checks.run(event.text)  # ~5 ms, in a thread, batched under load
         if verdict.error:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -40,8 +41,10 @@ import schemas.topics as topics_module
 from runtime.exposure import exposure_problems
 from runtime.processes import ROLES
 from runtime.settings import DEV_TENANT_REGISTRY, Settings
+from schemas.channels import RedisNames
 from schemas.errors import SettingsError
 from schemas.topics import REGISTRY, all_topics
+from workers.safety.app import MAX_INFLIGHT as SAFETY_INFLIGHT
 
 REPO = Path(__file__).resolve().parents[3]
 K8S = REPO / "infra" / "k8s"
@@ -193,10 +196,7 @@ def consumptions(module: str, settings: Settings, monkeypatch: pytest.MonkeyPatc
     """The consumer groups (and their topics) the role `module` joins, computed by the code."""
     # the pods' TURNSTREAM_HOME does not exist here: faust creates its data folder in it
     settings = dataclasses.replace(settings, state_dir=os.environ["TURNSTREAM_HOME"])
-    if module in {"workers.inference", "workers.preprocess", "workers.safety"} | {
-        "workers.tts",
-        "workers.audit",
-    }:
+    if module in {"workers.inference", "workers.preprocess", "workers.tts", "workers.audit"}:
         from workers.runtime import clients
 
         app = importlib.import_module(f"{module}.app")
@@ -219,7 +219,7 @@ def consumptions(module: str, settings: Settings, monkeypatch: pytest.MonkeyPatc
         ]
     if module in {"stream_jobs.assembly", "stream_jobs.traces"}:
         return [faust_consumption(module, settings)]
-    return []  # the edge: no consumer group
+    return []  # the edge, and the safety worker (a Redis list: `work_lists`): no group
 
 
 def faust_consumption(module: str, settings: Settings) -> Consumption:
@@ -337,7 +337,7 @@ SCALED_OBJECT_SCHEMA = {
                         "additionalProperties": False,
                         "required": ["type", "metadata"],
                         "properties": {
-                            "type": {"enum": ["kafka", "prometheus", "cron"]},
+                            "type": {"enum": ["kafka", "redis", "prometheus", "cron"]},
                             "metadata": {"type": "object"},
                         },
                         "allOf": [
@@ -363,6 +363,23 @@ SCALED_OBJECT_SCHEMA = {
                                                     "enum": ["earliest", "latest"]
                                                 },
                                                 "allowIdleConsumers": {"const": "false"},
+                                            },
+                                        }
+                                    }
+                                },
+                            },
+                            {
+                                "if": {"properties": {"type": {"const": "redis"}}},
+                                "then": {
+                                    "properties": {
+                                        "metadata": {
+                                            "additionalProperties": False,
+                                            "required": ["address", "listName", "listLength"],
+                                            "properties": {
+                                                "address": {"type": "string"},
+                                                "listName": {"type": "string"},
+                                                "listLength": _STR_NUMBER,
+                                                "activationListLength": _STR_NUMBER,
                                             },
                                         }
                                     }
@@ -568,8 +585,20 @@ def check_scaled_objects(
         module = module_of(container_argv(container)) or ""
         consumed = {c.group: c for c in consumptions(module, settings, monkeypatch)}
         kafka = [t["metadata"] for t in spec["triggers"] if t["type"] == "kafka"]
-        if not kafka:
-            problems.append(f"ScaledObject/{so.name}: no kafka (consumer lag) trigger")
+        lists = [t["metadata"] for t in spec["triggers"] if t["type"] == "redis"]
+        if not kafka and not lists:
+            problems.append(f"ScaledObject/{so.name}: no kafka lag or redis list trigger")
+        for meta in lists:
+            if meta["listName"] not in work_lists(module, settings):
+                problems.append(f"ScaledObject/{so.name}: {module} pops no {meta['listName']}")
+            if meta["address"] != redis_address(docs):
+                problems.append(f"ScaledObject/{so.name}: address != the ConfigMap's Redis")
+            cap = inflight_cap(module, settings)
+            if cap is not None and float(meta["listLength"]) > cap:
+                problems.append(
+                    f"ScaledObject/{so.name}: listLength {meta['listLength']} > the {cap} "
+                    "items a replica holds at once"
+                )
         for meta in kafka:
             group = consumed.get(meta["consumerGroup"])
             if group is None:
@@ -610,7 +639,19 @@ def inflight_cap(module: str, settings: Settings) -> int | None:
         "workers.inference": settings.max_inflight_turns,
         "workers.preprocess": settings.max_preprocess_inflight,
         "workers.tts": 8 * settings.tts_concurrency,
+        "workers.safety": SAFETY_INFLIGHT,
     }.get(module)
+
+
+def work_lists(module: str, settings: Settings) -> list[str]:
+    """The Redis lists a role pops its work from (`workers/runtime/work_list.py`)."""
+    names = RedisNames.for_namespace(settings.namespace)
+    return {"workers.safety": [names.safety_windows_key()]}.get(module, [])
+
+
+def redis_address(docs: list[Doc]) -> str:
+    """host:port of the ConfigMap's Redis URL (what KEDA's redis scaler takes)."""
+    return urlsplit(configmap_data(docs).get("TURNSTREAM_REDIS_URL", "")).netloc
 
 
 def partition_comment_near(doc: Doc, key: str) -> bool:
