@@ -21,21 +21,27 @@ min.insync.replicas 2, acks=all, idempotent producers), and the faults are its o
     broker-rolling-restart  restart the three one by one, each back in sync before the next
     controller-loss         kill -9 the active KRaft controller, restart it
 
-and for each: every accepted turn ended exactly once at its client (completed, or an
+By default the suite runs twice: on the fake engine, then on vLLM with the bundled model
+(its own, lighter load: `VLLM_LOAD`, what a CPU engine on 2 cores sustains). `--engine fake`
+or `--engine vllm` runs one pass.
+
+And for each: every accepted turn ended exactly once at its client (completed, or an
 explicit error), nothing was answered twice, streamed text is whole, every accepted turn is
 once in `turns.completed` and once in ClickHouse `traces`. Prints the fault table and writes
-bench/results/faults.json and bench/figures/faults.png (and its copy in bench/results/).
-Exit status 1 when a scenario's books do not balance.
+bench/results/faults.json and bench/figures/faults.png (and its copy in bench/results/;
+the vLLM pass: faults-vllm.*). Exit status 1 when a scenario's books do not balance.
 
-    python -m bench.faults                                   # all faults, ~12 min on 2 cores
+    python -m bench.faults                       # all faults, fake then vLLM, ~40 min on 2 cores
+    python -m bench.faults --engine fake         # the fake engine only, ~12 min
     python -m bench.faults --scenarios worker-kill edge-kill --duration-s 20
-    python -m bench.faults --cluster                         # the cluster's faults, ~6 min
+    python -m bench.faults --cluster             # the cluster's faults, ~7 min (both engines)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
 
@@ -44,8 +50,14 @@ from bench.faults.report import details, plot, table, to_json, write_json
 from bench.faults.runner import ALL_SCENARIOS, SuiteOptions, run_suite
 from bench.faults.scenarios import CLUSTER_SCENARIOS, SCENARIOS
 
+ENGINES = ("fake", "vllm")
+# vLLM on CPU answers a turn in seconds, not the fake engine's ~1 s: a load it sustains
+# (measured 2026-12-05: worker and edge kills balanced at this load)
+VLLM_LOAD = LoadConfig(users=4, turns_per_s=0.5)
 
-def parse(argv: list[str] | None = None) -> SuiteOptions:
+
+def parse(argv: list[str] | None = None) -> list[SuiteOptions]:
+    """One suite per engine asked for (both by default), in that order."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -66,19 +78,31 @@ def parse(argv: list[str] | None = None) -> SuiteOptions:
         default=20.0,
         help="load per scenario around the fault: 40%% before it, 60%% after its healing",
     )
-    parser.add_argument("--engine", choices=["fake", "vllm"], default="fake")
+    parser.add_argument(
+        "--engine", choices=[*ENGINES, "both"], default="both", help="default: fake, then vLLM"
+    )
     parser.add_argument("--keep-home", action="store_true", help="keep the logs of the run")
     args = parser.parse_args(argv)
     default = CLUSTER_SCENARIOS if args.cluster else SCENARIOS
-    return SuiteOptions(
+    fake = SuiteOptions(
         scenarios=tuple(args.scenarios or default),
         cluster=args.cluster,
         load=LoadConfig(users=args.users, turns_per_s=args.turns_per_s),
-        engine=args.engine,
+        engine="fake",
         warmup_s=args.duration_s * 0.4,
         after_s=args.duration_s * 0.6,
         keep_home=args.keep_home,
     )
+    vllm = dataclasses.replace(
+        fake,
+        engine="vllm",
+        load=LoadConfig(
+            users=min(args.users, VLLM_LOAD.users),
+            turns_per_s=min(args.turns_per_s, VLLM_LOAD.turns_per_s),
+        ),
+    )
+    engines = ENGINES if args.engine == "both" else (args.engine,)
+    return [fake if engine == "fake" else vllm for engine in engines]
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -86,18 +110,23 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main() -> None:
-    options = parse()
+    suites = parse()
     signal.signal(signal.SIGTERM, _interrupt)
-    results = asyncio.run(run_suite(options))
-    print()
-    print(table(results))
-    print()
-    print(details(results))
-    name = "faults-cluster" if options.cluster else "faults"
-    json_path = write_json(to_json(options, results), name)
-    figure = plot(results, name)
-    print(f"\n{json_path}\n{figure}")
-    sys.exit(0 if all(r.ok for r in results) else 1)
+    ok = True
+    for options in suites:
+        results = asyncio.run(run_suite(options))
+        print()
+        print(f"## {options.engine} engine")
+        print(table(results))
+        print()
+        print(details(results))
+        name = "faults-cluster" if options.cluster else "faults"
+        name += "-vllm" if options.engine == "vllm" else ""
+        json_path = write_json(to_json(options, results), name)
+        figure = plot(results, name)
+        print(f"\n{json_path}\n{figure}")
+        ok = ok and all(r.ok for r in results)
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -43,3 +43,16 @@ def test_the_runs_ports_stay_below_the_ephemeral_range_and_apart():
         every = [port for r in ranges for port in r]
         assert len(set(every)) == len(every)
         assert all(PORTS_FROM <= port < low for port in every)
+
+
+def test_the_full_fault_command_runs_the_suite_on_both_engines():
+    """`python -m bench.faults`: the fake engine, then vLLM at a load a CPU engine sustains."""
+    from bench.faults.__main__ import VLLM_LOAD, parse
+
+    fake, vllm = parse([])
+    assert (fake.engine, vllm.engine) == ("fake", "vllm")
+    assert fake.scenarios == vllm.scenarios and len(fake.scenarios) == 7
+    assert vllm.load.turns_per_s == VLLM_LOAD.turns_per_s < fake.load.turns_per_s
+    assert vllm.load.users == VLLM_LOAD.users
+    [only] = parse(["--engine", "fake", "--cluster"])
+    assert only.engine == "fake" and only.cluster and len(only.scenarios) == 4

@@ -108,7 +108,7 @@ def test_the_embedded_reading_names_every_role_and_its_command() -> None:
     roles = {"edge", "preprocess", "safety", "tts", "assembly", "traces", "sink", "inference"}
     assert set(DEFAULT_COSTS.cpu_ms_per_turn) == roles | {"audit", "broker", "redis"}
     assert "python -m bench.cost" in DEFAULT_COSTS.source
-    assert DEFAULT_COSTS.records_per_turn_total == pytest.approx(9.06)
+    assert DEFAULT_COSTS.records_per_turn_total == pytest.approx(7.06)
 
 
 # --- sizing ----------------------------------------------------------------------------------
