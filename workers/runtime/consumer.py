@@ -29,6 +29,7 @@ from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent
 from workers.runtime.deadletters import dead_letter
+from workers.runtime.draining import finish_or_cancel
 from workers.runtime.offsets import OffsetTracker
 
 log = logging.getLogger("turnstream.worker")
@@ -111,12 +112,7 @@ class ConsumerLoop:
         """Let in-flight messages of `partitions` finish; cancel those still running after
         `timeout_s` (left uncommitted, so they are redelivered)."""
         tasks = {t for t, tp in self._tasks.items() if tp in partitions}
-        if tasks and timeout_s > 0:
-            await asyncio.wait(tasks, timeout=timeout_s)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await finish_or_cancel(tasks, timeout_s)
 
     async def drain(self, timeout_s: float) -> None:
         """Stop: let in-flight messages finish (up to `timeout_s`), then commit what is done.

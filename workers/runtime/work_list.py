@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import AnyEvent
+from workers.runtime.draining import finish_or_cancel
 
 log = logging.getLogger("turnstream.worker")
 
@@ -73,13 +74,7 @@ class WorkListLoop:
 
     async def drain(self, timeout_s: float) -> None:
         """Stop: let in-flight items finish (up to `timeout_s`), cancel the rest."""
-        tasks = set(self._tasks)
-        if tasks and timeout_s > 0:
-            await asyncio.wait(tasks, timeout=timeout_s)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await finish_or_cancel(set(self._tasks), timeout_s)
 
     async def _pop(self) -> list[bytes]:
         try:
