@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from schemas.errors import DecodeError
-from schemas.events import AnyEvent, TurnCompleted
+from schemas.events import AnyEvent
 from schemas.turn_log import LogPosition, decode_entries, decode_relay_message
 
 log = logging.getLogger("turnstream.edge.relay")
@@ -98,7 +98,14 @@ class RelaySubscriber:
 
         Found by the fault suite (`python -m bench.faults --scenarios redis-restart`):
         answers streaming while Redis restarted reached their clients as
-        `response.started` then `response.done`, none of their deltas."""
+        `response.started` then `response.done`, none of their deltas.
+
+        A log without the completion is a turn whose last frames are still on their way:
+        the worker marks the turn done (its done key) *before* its relay, retrying through
+        the same outage, has logged the last tokens and the completion, which arrive live
+        (this subscription is up). So the done key answers only a turn with no log at all;
+        answering it from the done key too cut one answer's deltas short in CI's
+        redis-restart (2026-12-05: the client got 4 deltas and then `response.done`)."""
         turn_ids = list(self._routes)
         if not turn_ids:
             return
@@ -115,7 +122,7 @@ class RelaySubscriber:
             for event, position in entries:
                 self.deliver(event, position)
             replayed += len(entries)
-            if outcome is not None and not any(isinstance(e, TurnCompleted) for e, _ in entries):
+            if outcome is not None and not entries:  # the log expired (or never was)
                 outcomes += 1  # one at a time: an unreadable one must not hide the others
                 self._dispatch(b"[" + outcome + b"]")
         if replayed or outcomes:

@@ -72,3 +72,37 @@ async def test_frames_missed_while_resubscribing_are_replayed_from_the_turns_log
     assert [event for event, _ in delivered] == frames
     positions = [position for _, position in delivered]
     assert None not in positions and positions == sorted(set(positions))
+
+
+async def test_a_turn_whose_log_lacks_its_end_waits_for_it_not_for_the_done_key(
+    services, session_namespace
+):
+    """The worker marks a turn done before its relay (retrying through the same Redis
+    outage) has logged the last tokens and the completion: answering from the done key cut
+    the client's deltas short (CI's redis-restart: 4 deltas, then `response.done`). The
+    rest arrives live; the done key answers only a turn without a log."""
+    names = RedisNames.for_namespace(f"{session_namespace}-relay-early-done")
+    redis = redis_client(services.redis_url)
+    publisher = RelayPublisher(redis, names)
+    sender = asyncio.create_task(publisher.run())
+    turn_id = uuid.uuid4().hex
+    started = TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a1")
+    first = TokenChunk(turn_id=turn_id, seq=0, text=" w0", emitted_at_ms=0.0, attempt="a1")
+    delivered = []
+    try:
+        publisher.publish(names.edge_channel("e1"), started)
+        publisher.publish(names.edge_channel("e1"), first)
+        await publisher.flushed()
+        completed = factories.completed(turn_id, text=" w0 w1 w2")
+        await redis.set(names.done_key(turn_id), encode(completed), ex=60)  # marked early
+        relay = RelaySubscriber(redis, names.edge_channel("e1"), names.done_key, names.turn_log_key)
+        relay.route(turn_id, lambda event, position: delivered.append((event, position)))
+        await relay._recover_outcomes()
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        await redis.delete(
+            names.turn_log_key(turn_id), names.turn_epochs_key(turn_id), names.done_key(turn_id)
+        )
+        await redis.aclose()
+    assert [event for event, _ in delivered] == [started, first]  # no early response.done
