@@ -4,7 +4,9 @@ away are read back from the turns' logs and done keys (real Redis)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,6 +19,22 @@ from workers.runtime.relay import RelayPublisher
 from ws_edge.relay import RelaySubscriber
 
 pytestmark = pytest.mark.integration
+
+
+@contextlib.asynccontextmanager
+async def worker_relay(redis, names: RedisNames, turn_id: str) -> AsyncIterator[RelayPublisher]:
+    """A worker's relay publishing to Redis; the turn's keys go at the end."""
+    publisher = RelayPublisher(redis, names)
+    sender = asyncio.create_task(publisher.run())
+    try:
+        yield publisher
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        await redis.delete(
+            names.turn_log_key(turn_id), names.turn_epochs_key(turn_id), names.done_key(turn_id)
+        )
+        await redis.aclose()
 
 
 async def test_missed_outcomes_are_recovered_after_a_resubscribe(services, session_namespace):
@@ -49,26 +67,19 @@ async def test_frames_missed_while_resubscribing_are_replayed_from_the_turns_log
     the turn's log, positions attached (each connection drops those it already has)."""
     names = RedisNames.for_namespace(f"{session_namespace}-relay-log")
     redis = redis_client(services.redis_url)
-    publisher = RelayPublisher(redis, names)
-    sender = asyncio.create_task(publisher.run())
     turn_id = uuid.uuid4().hex
     frames = [TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a1")] + [
         TokenChunk(turn_id=turn_id, seq=i, text=f" w{i}", emitted_at_ms=0.0, attempt="a1")
         for i in range(5)
     ]
     delivered = []
-    try:
+    async with worker_relay(redis, names, turn_id) as publisher:
         for frame in frames:  # published while this edge was not subscribed
             publisher.publish(names.edge_channel("e1"), frame)
         await publisher.flushed()
         relay = RelaySubscriber(redis, names.edge_channel("e1"), names.done_key, names.turn_log_key)
         relay.route(turn_id, lambda event, position: delivered.append((event, position)))
         await relay._recover_outcomes()
-    finally:
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
-        await redis.delete(names.turn_log_key(turn_id), names.turn_epochs_key(turn_id))
-        await redis.aclose()
     assert [event for event, _ in delivered] == frames
     positions = [position for _, position in delivered]
     assert None not in positions and positions == sorted(set(positions))
@@ -83,13 +94,11 @@ async def test_a_turn_whose_log_lacks_its_end_waits_for_it_not_for_the_done_key(
     rest arrives live; the done key answers only a turn without a log."""
     names = RedisNames.for_namespace(f"{session_namespace}-relay-early-done")
     redis = redis_client(services.redis_url)
-    publisher = RelayPublisher(redis, names)
-    sender = asyncio.create_task(publisher.run())
     turn_id = uuid.uuid4().hex
     started = TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a1")
     first = TokenChunk(turn_id=turn_id, seq=0, text=" w0", emitted_at_ms=0.0, attempt="a1")
     delivered = []
-    try:
+    async with worker_relay(redis, names, turn_id) as publisher:
         publisher.publish(names.edge_channel("e1"), started)
         publisher.publish(names.edge_channel("e1"), first)
         await publisher.flushed()
@@ -98,11 +107,4 @@ async def test_a_turn_whose_log_lacks_its_end_waits_for_it_not_for_the_done_key(
         relay = RelaySubscriber(redis, names.edge_channel("e1"), names.done_key, names.turn_log_key)
         relay.route(turn_id, lambda event, position: delivered.append((event, position)))
         await relay._recover_outcomes()
-    finally:
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
-        await redis.delete(
-            names.turn_log_key(turn_id), names.turn_epochs_key(turn_id), names.done_key(turn_id)
-        )
-        await redis.aclose()
     assert [event for event, _ in delivered] == [started, first]  # no early response.done
