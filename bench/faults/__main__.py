@@ -34,7 +34,7 @@ the vLLM pass: faults-vllm.*). Exit status 1 when a scenario's books do not bala
     python -m bench.faults                       # all faults, fake then vLLM, ~40 min on 2 cores
     python -m bench.faults --engine fake         # the fake engine only, ~12 min
     python -m bench.faults --scenarios worker-kill edge-kill --duration-s 20
-    python -m bench.faults --cluster             # the cluster's faults, ~7 min (both engines)
+    python -m bench.faults --cluster --engine fake  # the cluster's faults, ~7 min
 """
 
 from __future__ import annotations
