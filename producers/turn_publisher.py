@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from producers.errors import ProducerError
+from runtime.kafka_metadata import named_topics_only
 from runtime.tracing.spans import producing
 from schemas.codec import encode
 from schemas.events import FeedbackGiven, TurnSubmitted, TurnTruncated
@@ -73,6 +74,7 @@ class TurnPublisher:
                 linger_ms=0,
                 request_timeout_ms=int(self._timeout_s * 1000),
             )
+            named_topics_only(producer.client)  # runtime.kafka_metadata
             try:
                 await producer.start()
             except KafkaError as err:

@@ -20,14 +20,17 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from runtime.kafka_metadata import named_topics_only
+
 DELIVERY_TIMEOUT_S = 120.0
 
 
 class DeliveringProducer(AIOKafkaProducer):
     """An aiokafka producer whose batches live `DELIVERY_TIMEOUT_S`, whatever the request
-    timeout."""
+    timeout (and whose metadata covers its own topics only: `runtime.kafka_metadata`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        named_topics_only(self.client)
         # aiokafka has no setting for it: the accumulator's batch lifetime is private
         self._message_accumulator._batch_ttl = DELIVERY_TIMEOUT_S

@@ -46,6 +46,7 @@ from mode.utils.futures import notify
 from mode.utils.queues import FlowControlEvent
 
 from runtime.kafka_delivery import DeliveringProducer
+from runtime.kafka_metadata import named_topics_only
 
 SCHEME = "turnstream-kafka"
 
@@ -66,6 +67,13 @@ class ReadOffsets(dict):
 
 
 class ConsumerThread(driver.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: driver.Transport) -> Any:
+        """faust's consumer, reading the metadata of its subscription only
+        (`runtime.kafka_metadata`)."""
+        consumer = super()._create_worker_consumer(transport)
+        named_topics_only(consumer._client)
+        return consumer
+
     async def seek_to_committed(self) -> Mapping[TP, int]:
         return await self.call_thread(self._seek_to_committed_or_beginning)
 

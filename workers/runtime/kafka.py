@@ -10,6 +10,7 @@ from __future__ import annotations
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from runtime.kafka_delivery import DeliveringProducer
+from runtime.kafka_metadata import named_topics_only
 from runtime.settings import Settings
 from runtime.tracing.propagation import TRACEPARENT, has_context
 from runtime.tracing.spans import producing
@@ -76,7 +77,7 @@ def make_consumer(settings: Settings, group_id: str, client_id: str) -> AIOKafka
     and 5 minutes, held turns through a whole 30 s pause of a cluster's broker).
     """
     session_ms = int(settings.kafka_session_timeout_s * 1000)
-    return AIOKafkaConsumer(
+    consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
         group_id=group_id,
         client_id=client_id,
@@ -89,3 +90,5 @@ def make_consumer(settings: Settings, group_id: str, client_id: str) -> AIOKafka
         request_timeout_ms=session_ms,
         metadata_max_age_ms=int(settings.kafka_metadata_max_age_s * 1000),
     )
+    named_topics_only(consumer._client)  # its subscription's topics only
+    return consumer

@@ -8,6 +8,7 @@ from faust.transport.drivers import by_url
 from faust.types import TP, Message
 
 from runtime.kafka_delivery import DeliveringProducer
+from runtime.kafka_metadata import NamedTopicsClient
 from runtime.settings import Settings
 from stream_jobs import faust_transport
 from stream_jobs.faust_app import make_app
@@ -30,6 +31,13 @@ def test_the_jobs_use_it_with_every_broker_and_the_request_timeout(tmp_path):
     assert by_url(brokers[0]) is faust_transport.Transport
     assert faust_transport.Transport.Producer is faust_transport.Producer
     assert app.conf.producer_request_timeout == settings.kafka_request_timeout_s
+
+
+async def test_the_jobs_consumers_read_their_own_topics_metadata_only(tmp_path):
+    _, consumer = _consumer(tmp_path)
+    thread = consumer._thread
+    aiokafka_consumer = thread._create_worker_consumer(thread.transport)
+    assert type(aiokafka_consumer._client) is NamedTopicsClient
 
 
 def _message(offset: int, generation_id: int) -> Message:
