@@ -16,9 +16,11 @@ roles expose nothing, so these checks read what a running role leaves behind:
   models before they start their Kafka clients, so this says "started", not "healthy":
   the faust jobs connect before their tables are recovered, and a hung process keeps its
   sockets (no liveness probe is derived from it). See docs/deploy.md, "Probes".
+- `redis` (the safety worker, which has no Kafka client: it pops its windows from a Redis
+  list): the same, to the port of TURNSTREAM_REDIS_URL, connected once its models loaded.
 
 Exit status 0 = pass, 1 = fail; one line on stdout says why (kubectl describe shows it).
-`python infra/k8s/probe.py board|kafka [--liveness] [--max-age-s S]`
+`python infra/k8s/probe.py board|kafka|redis [--liveness] [--max-age-s S]`
 """
 
 from __future__ import annotations
@@ -59,14 +61,33 @@ def established_remote_ports(table: str) -> set[int]:
     return ports
 
 
-def kafka_connected(bootstrap: str, tables: Iterable[str]) -> tuple[bool, str]:
-    wanted = bootstrap_ports(bootstrap)
+def redis_port(url: str) -> set[int]:
+    """The port of a Redis URL (`redis://[user:pass@]host[:port][/db]`; 6379 by default)."""
+    hostport = url.split("//", 1)[-1].split("/", 1)[0].rpartition("@")[2]
+    if not hostport:
+        return set()
+    _, sep, port = hostport.rpartition(":")
+    if not sep:
+        return {6379}
+    return {int(port)} if port.isdigit() else set()
+
+
+def connected(what: str, wanted: set[int], tables: Iterable[str], setting: str) -> tuple[bool, str]:
     if not wanted:
-        return False, f"no port in TURNSTREAM_KAFKA_BOOTSTRAP={bootstrap!r}"
+        return False, f"no port in {setting}"
     seen = set().union(*(established_remote_ports(t) for t in tables))
     if wanted & seen:
-        return True, f"connected to Kafka (port {sorted(wanted & seen)})"
-    return False, f"no established connection to Kafka port {sorted(wanted)} yet"
+        return True, f"connected to {what} (port {sorted(wanted & seen)})"
+    return False, f"no established connection to {what} port {sorted(wanted)} yet"
+
+
+def kafka_connected(bootstrap: str, tables: Iterable[str]) -> tuple[bool, str]:
+    setting = f"TURNSTREAM_KAFKA_BOOTSTRAP={bootstrap!r}"
+    return connected("Kafka", bootstrap_ports(bootstrap), tables, setting)
+
+
+def redis_connected(url: str, tables: Iterable[str]) -> tuple[bool, str]:
+    return connected("Redis", redis_port(url), tables, "TURNSTREAM_REDIS_URL")
 
 
 def own_entries(
@@ -138,23 +159,26 @@ def check_board(liveness: bool, max_age_s: float) -> tuple[bool, str]:
     return board_ready(states, now_ms, settings.worker_state_ttl_ms)
 
 
-def check_kafka() -> tuple[bool, str]:
+def check_connected(check: str) -> tuple[bool, str]:
     from runtime.settings import Settings
 
+    settings = Settings.from_env()
     tables = [p.read_text() for p in TCP_TABLES if p.exists()]
-    return kafka_connected(Settings.from_env().kafka_bootstrap, tables)
+    if check == "redis":
+        return redis_connected(settings.redis_url, tables)
+    return kafka_connected(settings.kafka_bootstrap, tables)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("check", choices=["board", "kafka"])
+    parser.add_argument("check", choices=["board", "kafka", "redis"])
     parser.add_argument("--liveness", action="store_true", help="board: fail only on a hang")
     parser.add_argument("--max-age-s", type=float, default=120.0)
     args = parser.parse_args(argv)
     if args.check == "board":
         ok, why = check_board(args.liveness, args.max_age_s)
     else:
-        ok, why = check_kafka()
+        ok, why = check_connected(args.check)
     print(("ok: " if ok else "fail: ") + why)
     return 0 if ok else 1
 
