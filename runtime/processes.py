@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.engine_cores import shared_engine_env
 from runtime.errors import PlumbingError
 from runtime.lifeline import LIFELINE_ENV, lifeline
 from runtime.settings import Settings
@@ -187,7 +188,10 @@ def start_roles(
                 note = f" ({role.note})" if role.note else ""
                 print(f"[{first_step + i}/{steps}] {role.name}{note}", file=sys.stderr)
             log = logs / f"{log_prefix}{role.log}.log"
-            child = Child(role.name, role.module, log, env, nice=role.nice, cwd=cwd)
+            role_env = env
+            if role.module == "workers.inference":  # its engine's cores: runtime.engine_cores
+                role_env = {**env, **shared_engine_env(env)}
+            child = Child(role.name, role.module, log, role_env, nice=role.nice, cwd=cwd)
             children.append(child)
             child.wait_ready(timeout_s=role.ready_within_s)
     except BaseException:

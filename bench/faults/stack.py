@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.engine_cores import BIND, engine_cores
 from runtime.processes import ROLES, Child, StackError, stop_roles
 
 BY_LOG = {role.log: role for role in ROLES}
@@ -33,21 +34,6 @@ class Role:
         return BY_LOG[self.log].module
 
 
-def engine_cores(worker: int, workers: int, cores: list[int]) -> str:
-    """The cores the vLLM CPU engine of local worker `worker` (1-based, of `workers`) binds
-    its threads to, as `VLLM_CPU_OMP_THREADS_BIND` takes them.
-
-    vLLM's default (`auto`) binds every engine on a host to the same cores (on 2 cores:
-    core 0, the other reserved): two workers' engines then share one core, and a restarted
-    worker's engine waited 203 s in `sched_setaffinity` while the other one ran
-    (docs/reliability.md). Here each worker gets its own equal share, one core each
-    (round-robin) when there are more workers than cores.
-    """
-    share = max(1, len(cores) // workers)
-    start = ((worker - 1) * share) % len(cores)
-    return ",".join(str(core) for core in cores[start : start + share])
-
-
 def roles(
     workers: int,
     edges: int,
@@ -62,7 +48,7 @@ def roles(
             f"inference-{i}",
             "inference",
             (("TURNSTREAM_WORKER_ID", f"faults-worker-{i}"),)
-            + ((("VLLM_CPU_OMP_THREADS_BIND", engine_cores(i, workers, cores)),) if cores else ()),
+            + (((BIND, engine_cores(i, workers, cores)),) if cores else ()),
         )
         for i in range(1, workers + 1)
     ]

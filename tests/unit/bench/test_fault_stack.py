@@ -4,7 +4,8 @@ ports of its own services."""
 from __future__ import annotations
 
 from bench.faults.services import PORTS_FROM, ephemeral_range, pick_ports
-from bench.faults.stack import engine_cores, roles
+from bench.faults.stack import roles
+from runtime.engine_cores import engine_cores
 
 
 def test_two_workers_on_two_cores_get_one_core_each():
