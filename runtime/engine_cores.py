@@ -4,12 +4,11 @@ the rest of the stack (`VLLM_CPU_OMP_THREADS_BIND`; GPU engines ignore it).
 vLLM's default (`auto`) pins one OpenMP thread per core and keeps a core for its front end:
 on this 2-core machine, one engine thread pinned to core 0, which every other role of the
 local stack also runs on. Given both cores (one thread on each, nothing reserved), the
-engine stops waiting behind the roles on its one core: through the whole pipeline, a
-turn's first token came 133 instead of 201 ms after it was sent at one stream, and 64
-turns of 16 streams took 26.0 instead of 30.9 s (`python -m bench.pipeline_latency
---engine vllm --concurrency 1,16 --rounds 4`, 2026-12-06, one run each side, the same
-direction in a second pair; docs/cost.md). Keeping the roles on one core and the engine
-on the other was worse (16 streams: 28.6 s against 23.8 s shared).
+stack served ~9% more turns per second at 16 streams (80 turns in 34.9 and 32.4 s against
+38.6 and 35.5 with `auto`, alternating runs of `python -m bench.pipeline_latency --engine
+vllm --concurrency 1,16 --rounds 5`, 2026-12-06; no change at one stream; docs/cost.md).
+Keeping the roles on one core and the engine on the other was worse (one core is not
+enough for the rest of the stack).
 
 The local stack (`runtime.processes.start_roles`) applies this unless the environment
 already names the cores; a dedicated inference node keeps vLLM's own choice.
