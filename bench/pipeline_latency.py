@@ -46,6 +46,7 @@ from pathlib import Path
 
 import uvloop
 
+from bench.namespace import drop_namespace
 from bench.stats import Comparison, compare, percentile
 from harness.tracing import OtlpReceiver, in_memory_tracing
 from infra.stack import REPO
@@ -460,8 +461,17 @@ def stack_settings(
 
 async def main_async(args: argparse.Namespace) -> None:
     levels = [int(x) for x in args.concurrency.split(",")]
-    base = Settings.from_env()
     settings = stack_settings("bench", args.engine, args.token_interval_ms, max(levels))
+    try:
+        await measure_and_report(args, levels, settings)
+    finally:  # its topics and keys would pile up in the developer's broker and Redis
+        await drop_namespace(settings)
+
+
+async def measure_and_report(
+    args: argparse.Namespace, levels: list[int], settings: Settings
+) -> None:
+    base = Settings.from_env()
     await asyncio.to_thread(
         subprocess.run, [str(REPO / "infra" / "services.sh"), "start"], check=True, cwd=REPO
     )
