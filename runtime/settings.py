@@ -688,6 +688,18 @@ class Settings:
         "client sees it only once TURNSTREAM_VAD_SILENCE_MS confirms it; speech that resumes "
         "withdraws it). 0: no guessing.",
     )
+    turn_model_threads: int = _var(
+        "TURNSTREAM_TURN_MODEL_THREADS",
+        1,
+        "Edge voice loop (semantic_vad): threads running the audio turn model (~60 ms of a "
+        "core per pause); verdicts beyond them queue.",
+    )
+    turn_model_max_waiting: int = _var(
+        "TURNSTREAM_TURN_MODEL_MAX_WAITING",
+        8,
+        "Edge voice loop (semantic_vad): verdicts allowed to queue; a pause past that gets "
+        "none and the silence rule (TURNSTREAM_VAD_SILENCE_MS) ends it.",
+    )
     barge_in_min_speech_ms: float = _var(
         "TURNSTREAM_BARGE_IN_MIN_SPEECH_MS",
         600.0,

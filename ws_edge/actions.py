@@ -73,6 +73,16 @@ class DetectSpeech:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckTurn:
+    """Ask the audio turn model whether the user finished the utterance `pcm` (so far, with
+    the pause), then hand its probability to `Session.turn_verdict`."""
+
+    stream_id: str
+    pause_id: int
+    pcm: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class GiveFeedback:
     """Check that the turn is the principal's (from its recorded outcome), then publish the
     feedback and confirm it; otherwise answer `unknown_turn`."""
@@ -111,6 +121,7 @@ Action = (
     | PublishTruncation
     | DropAudio
     | DetectSpeech
+    | CheckTurn
     | ResumeTurn
     | ResolveApiKey
 )

@@ -39,6 +39,7 @@ from schemas.ids import now_ms
 from schemas.turn_log import START, LogPosition, decode_entries, plan_resume, range_start
 from ws_edge.actions import (
     Action,
+    CheckTurn,
     Close,
     DetectSpeech,
     DropAudio,
@@ -57,6 +58,7 @@ from ws_edge.errors import (
     EdgeError,
     ForbiddenConversation,
     StoreUnavailable,
+    TurnModelUnavailable,
     UnknownTurn,
 )
 from ws_edge.messages import ErrorEvent, FeedbackRecorded, ServerEvent
@@ -108,6 +110,7 @@ class TurnDoor:
         self.outbox = Outbox(edge.settings.outbox_max_frames, edge.settings.outbox_max_bytes)
         self._tasks: set[asyncio.Task[None]] = set()
         self._detector: SpeechDetector | None = None  # the voice loop's VAD, made on first use
+        self._turn_model_failed = False  # said once in-band; later pauses fall back quietly
         self._speech_deadlines: dict[str, asyncio.TimerHandle] = {}
         # turns this door created (it charges them), with the tokens admission estimated
         self._submitted: dict[str, int] = {}
@@ -189,6 +192,8 @@ class TurnDoor:
                     self._spawn(self._publish_truncation(event))
                 case DetectSpeech(stream_id, frames):
                     self._detect(stream_id, frames)
+                case CheckTurn(stream_id, pause_id, pcm):
+                    self._spawn(self._check_turn(stream_id, pause_id, pcm))
 
     # ---- tracing: one span per turn, from turn.create to response.done ---------------------
     def _start_turn_span(self, turn: TurnSubmitted) -> None:
@@ -274,6 +279,19 @@ class TurnDoor:
             self._apply([error_event(err)])
             return
         self._apply(self.session.voice_activity(stream_id, frames, probs))
+
+    async def _check_turn(self, stream_id: str, pause_id: int, pcm: bytes) -> None:
+        """The turn model's verdict on a pause (in its threads), back to the session. A model
+        that cannot run is said in-band once; every pause then falls back to silence."""
+        probability: float | None = None
+        try:
+            probability = await self.edge.turn_judge.probability(pcm)
+        except TurnModelUnavailable as exc:
+            if not self._turn_model_failed:
+                self._turn_model_failed = True
+                log.warning("%s", exc)
+                self._apply([error_event(exc)])
+        self._apply(self.session.turn_verdict(stream_id, pause_id, probability))
 
     async def _publish_truncation(self, event) -> None:
         try:

@@ -17,6 +17,8 @@ EdgeError
 ├── UnknownTurn             cancel/interrupt of a turn this session does not own (or that
 │                           finished playing)  code: unknown_turn
 │   (the voice loop's VAD model missing or failing: EdgeError code vad_unavailable)
+├── TurnModelUnavailable    semantic_vad's turn model missing or failing (that pause falls
+│                           back to the silence rule)  code: turn_model_unavailable
 ├── RateLimited             the tenant's request or token bucket is empty
 │                           code: rate_limited (retryable after `retry_after_ms`)
 ├── Overloaded              the pools are too busy for this tier right now
@@ -135,3 +137,11 @@ class Overloaded(EdgeError):
 
 class RateLimitUnavailable(StoreUnavailable):
     """The rate limiter could not reach Redis: nothing was taken from any bucket."""
+
+
+class TurnModelUnavailable(EdgeError):
+    """The audio turn model is not installed or failed: `semantic_vad` falls back to the
+    silence rule for that pause."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="turn_model_unavailable")

@@ -110,7 +110,12 @@ class TurnDetection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     conversation_id: Id
     stream_id: Id
-    type: Literal["server_vad"] = "server_vad"
+    # server_vad: an utterance ends after a fixed silence (TURNSTREAM_VAD_SILENCE_MS);
+    # semantic_vad: at each pause an audio turn model judges whether the user finished
+    # (a pause mid-thought is waited out; a finished question is answered sooner)
+    type: Literal["server_vad", "semantic_vad"] = "server_vad"
+    # semantic_vad only: high answers sooner (and cuts off more often), low waits longer
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
 
 
 class SessionUpdate(ClientMessage, tag="session.update"):

@@ -55,6 +55,7 @@ from ws_edge.relay import RelaySubscriber
 from ws_edge.session import SessionLimits
 from ws_edge.unattended import UnattendedTurns
 from ws_edge.voice.loop import VadRules
+from ws_edge.voice.turn_model import TurnJudge
 from ws_edge.web_assets import process_request
 
 log = logging.getLogger("turnstream.edge")
@@ -125,6 +126,9 @@ class EdgeServer:
             retry_after_ms=settings.overload_retry_after_ms,
         )
         self.unattended = UnattendedTurns(self.relay, self.admission)
+        self.turn_judge = TurnJudge(
+            threads=settings.turn_model_threads, max_waiting=settings.turn_model_max_waiting
+        )
         self.canary = CanaryWatch(self.redis, self.names, now_ms)
         self.api_keys = ApiKeys(self.redis, self.names)
         self._server: Server | None = None
@@ -192,6 +196,7 @@ class EdgeServer:
                 await self._relay_task
         await self.publisher.stop()
         await self.redis.aclose()
+        self.turn_judge.close()
 
     async def _handle(self, websocket: ServerConnection) -> None:
         await _Connection(self, websocket).run()

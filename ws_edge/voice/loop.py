@@ -14,6 +14,12 @@ The shell scores each 32 ms frame with Silero VAD; this decides what the scores 
   (`SpeechResumed`), and the whole utterance is handed on at its real end instead. That
   takes ~300 ms off the time to the first answer audio at the price of some wasted work
   when a user pauses mid-sentence;
+- semantic end of turn (`semantic_vad`, when the loop has `TurnRules`): at the first pause
+  (`TurnRules.check_ms` of silence) `SpeechPaused` asks the shell for the audio turn model's
+  verdict (`turn_verdict`): a probability of completion at or over `threshold` ends the
+  utterance at once; under it, only `max_silence_ms` of silence does (the user pauses
+  mid-thought and is not cut off). No verdict (the model failed) falls back to the silence
+  rule. Speech over the assistant's voice that has not barged in stays on the silence rule;
 - barge-in: speech over the assistant's voice interrupts it once it lasts `barge_in_ms`.
   Shorter speech over the voice ("mm-hm", "yeah", ~200-500 ms) is a backchannel: it neither
   interrupts nor becomes a turn. Duration is the rule because it is known while the user is
@@ -42,6 +48,25 @@ class VadRules:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnRules:
+    """End of turn decided by the audio turn model at each pause (`semantic_vad`)."""
+
+    threshold: float = 0.5  # P(complete) from which the pause ends the turn
+    max_silence_ms: float = 2_000.0  # a turn the model calls unfinished ends after this anyway
+    check_ms: float = 200.0  # silence before the model is asked
+
+
+# How eager a `semantic_vad` session is to answer: a lower bar for the model's verdict and a
+# shorter wait when it says the user is not done. "auto" is "medium".
+EAGERNESS: dict[str, TurnRules] = {
+    "high": TurnRules(threshold=0.3, max_silence_ms=1_000.0),
+    "medium": TurnRules(),
+    "auto": TurnRules(),
+    "low": TurnRules(threshold=0.7, max_silence_ms=4_000.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class SpeechStarted:
     at_ms: float  # into the stream
 
@@ -53,11 +78,15 @@ class BargeIn:
 
 @dataclass(frozen=True, slots=True)
 class SpeechPaused:
-    """Silence long enough to guess the utterance is over: `pcm` is the utterance so far."""
+    """Silence long enough to guess the utterance is over: `pcm` is the utterance so far.
+    `check` (semantic end of turn): answer with `turn_verdict(pause_id, ...)`."""
 
     start_ms: float
     end_ms: float
     pcm: bytes
+    pause_id: int = 0
+    check: bool = False
+    guess: bool = True  # answering on a guess is on: start the turn, unseen
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +112,11 @@ VoiceEvent = SpeechStarted | BargeIn | SpeechPaused | SpeechResumed | SpeechEnde
 
 
 class VoiceLoop:
-    def __init__(self, rules: VadRules) -> None:
+    def __init__(self, rules: VadRules, turn: TurnRules | None = None) -> None:
         self.rules = rules
+        self.turn = turn  # semantic end of turn, or None: the silence rule alone
+        self._pauses = 0  # SpeechPaused events so far (their ids)
+        self._silence_limit: float | None = None  # set by a verdict for this utterance
         self._pending = bytearray()  # audio not scored yet (less than a frame, or waiting)
         self._audio = bytearray()  # the utterance so far, or the pre-speech pad
         self._frames = 0  # frames scored since the stream began
@@ -124,7 +156,7 @@ class VoiceLoop:
             if prob >= rules.threshold - 0.15:
                 self._last_speech = n
                 if self._paused:
-                    self._paused = False
+                    self._paused, self._silence_limit = False, None  # the next pause is new
                     events.append(SpeechResumed(n * FRAME_MS))
             spoken_ms = (self._last_speech - self._speech_start + 1) * FRAME_MS
             if not self._confirmed and spoken_ms >= rules.min_speech_ms:
@@ -136,35 +168,82 @@ class VoiceLoop:
                 events.append(BargeIn(n * FRAME_MS))
             silent_ms = (n - self._last_speech) * FRAME_MS
             too_long = (n - self._speech_start + 1) * FRAME_MS >= rules.max_utterance_ms
-            if silent_ms >= rules.silence_ms or too_long:
-                events.extend(self._end(n))
-            elif self._may_guess_end() and silent_ms >= rules.early_silence_ms:
+            if silent_ms >= self._silence_limit_ms() or too_long:
+                events.extend(self._end())
+            elif self._may_pause() and silent_ms >= self._pause_ms():
                 self._paused = True
+                self._pauses += 1
+                semantic = self._semantic()
                 events.append(
                     SpeechPaused(
                         start_ms=self._speech_start * FRAME_MS,
                         end_ms=(self._last_speech + 1) * FRAME_MS,
                         pcm=bytes(self._audio),
+                        pause_id=self._pauses,
+                        check=semantic,
+                        guess=self._may_guess(),
                     )
                 )
         return events
 
-    def _may_guess_end(self) -> bool:
-        """Speculate only on a real utterance (announced, not a backchannel candidate)."""
+    def turn_verdict(self, pause_id: int, probability: float | None) -> list[VoiceEvent]:
+        """The turn model's answer to `SpeechPaused(pause_id, check=True)`: the probability
+        that the user finished, or None when the model failed (then the silence rule
+        decides). A verdict on a pause the user has since spoken after is void."""
+        if not self._paused or pause_id != self._pauses or self._speech_start is None:
+            return []
+        turn = self.turn
+        if probability is None or turn is None:
+            self._silence_limit = self.rules.silence_ms
+        elif probability >= turn.threshold:
+            return self._end()
+        else:
+            self._silence_limit = turn.max_silence_ms
+        if (self._frames - 1 - self._last_speech) * FRAME_MS >= self._silence_limit:
+            return self._end()
+        return []
+
+    def _semantic(self) -> bool:
+        """The turn model decides this utterance: semantic mode, and a real utterance (a
+        backchannel candidate over the assistant's voice keeps the silence rule)."""
+        return self.turn is not None and self._real_utterance()
+
+    def _real_utterance(self) -> bool:
+        """Not a backchannel candidate: not over the assistant's voice, or barged in."""
+        return not (self._over_assistant and not self._barged)
+
+    def _silence_limit_ms(self) -> float:
+        if self._silence_limit is not None:
+            return self._silence_limit
+        if self.turn is not None and self._semantic():
+            return self.turn.max_silence_ms  # until the verdict (it comes in ~0.1 s)
+        return self.rules.silence_ms
+
+    def _pause_ms(self) -> float:
+        if self.turn is not None and self._semantic():
+            return self.turn.check_ms
+        return self.rules.early_silence_ms
+
+    def _may_guess(self) -> bool:
+        """Answering on a guess is on (a deployment setting, `early_silence_ms` > 0)."""
         rules = self.rules
-        return (
-            0 < rules.early_silence_ms < rules.silence_ms
-            and self._confirmed
-            and not self._paused
-            and not (self._over_assistant and not self._barged)
+        return 0 < rules.early_silence_ms < rules.silence_ms or (
+            self.turn is not None and rules.early_silence_ms > 0
         )
+
+    def _may_pause(self) -> bool:
+        """A pause is reported once per silence, on a real utterance (announced, not a
+        backchannel candidate), when something uses it: a guess or the turn model."""
+        if not self._confirmed or self._paused or not self._real_utterance():
+            return False
+        return self.turn is not None or self._may_guess()
 
     @property
     def barged_in(self) -> bool:
         """The current utterance interrupted the assistant."""
         return self._barged
 
-    def _end(self, frame: int) -> list[VoiceEvent]:
+    def _end(self) -> list[VoiceEvent]:
         start = self._speech_start
         assert start is not None
         ended = SpeechEnded(
@@ -175,7 +254,7 @@ class VoiceLoop:
         )
         self._audio.clear()
         self._speech_start = None
-        self._paused = False
+        self._paused, self._silence_limit = False, None
         confirmed, self._confirmed, self._barged = self._confirmed, False, False
         if not confirmed:
             return []  # a click: never announced, nothing to report

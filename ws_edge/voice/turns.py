@@ -19,6 +19,7 @@ from schemas.events import (
 )
 from ws_edge.actions import (
     Action,
+    CheckTurn,
     DetectSpeech,
     DropAudio,
     PublishTruncation,
@@ -46,6 +47,7 @@ from ws_edge.messages import (
 )
 from ws_edge.route import Route
 from ws_edge.voice.loop import (
+    EAGERNESS,
     BargeIn,
     SpeechEnded,
     SpeechPaused,
@@ -72,6 +74,9 @@ class VoiceTurns:
                 self._audio.clear(detection.stream_id)
             elif detection is None:
                 self._voice_loop = None
+            if detection is not None and self._voice_loop is not None:
+                semantic = detection.type == "semantic_vad"
+                self._voice_loop.turn = EAGERNESS[detection.eagerness] if semantic else None
             self._detection = detection
         speech = SpeechOptions(self._speech.voice) if self._speech is not None else None
         return [*actions, Send(SessionUpdated(speech, self._detection, list(self._limits.voices)))]
@@ -152,13 +157,33 @@ class VoiceTurns:
         """Scores of the frames a `DetectSpeech` asked for: speech starts, barge-ins, turns."""
         return self._answering_errors(lambda _: self._voice_events(stream_id, frames, probs), None)
 
+    def turn_verdict(
+        self, stream_id: str, pause_id: int, probability: float | None
+    ) -> list[Action]:
+        """The turn model's answer to a `CheckTurn` (None: no verdict, silence decides)."""
+        return self._answering_errors(
+            lambda _: self._decided(stream_id, pause_id, probability), None
+        )
+
+    def _decided(self, stream_id: str, pause_id: int, probability: float | None) -> list[Action]:
+        loop, detection = self._voice_loop, self._detection
+        if loop is None or detection is None or detection.stream_id != stream_id:
+            return []  # the loop was turned off meanwhile
+        return self._handle_voice(stream_id, detection, loop.turn_verdict(pause_id, probability))
+
     def _voice_events(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
         loop, detection = self._voice_loop, self._detection
         if loop is None or detection is None or detection.stream_id != stream_id:
             return []  # the loop was turned off meanwhile
-        actions: list[Action] = []
         speaking = self._speaking()
-        for event in loop.scored(frames, probs, assistant_speaking=bool(speaking)):
+        events = loop.scored(frames, probs, assistant_speaking=bool(speaking))
+        return self._handle_voice(stream_id, detection, events)
+
+    def _handle_voice(
+        self, stream_id: str, detection: TurnDetection, events: list[VoiceEvent]
+    ) -> list[Action]:
+        actions: list[Action] = []
+        for event in events:
             # each event on its own: a refused utterance must not drop a barge-in's actions
             actions += self._answering_errors(self._voice_event, (stream_id, detection, event))
         return actions
@@ -174,10 +199,13 @@ class VoiceTurns:
                     actions += self._interrupt(turn_id, route, None, "barge_in")
                 return actions
             case SpeechPaused():
+                check = [CheckTurn(stream_id, event.pause_id, event.pcm)] if event.check else []
+                if not event.guess:
+                    return check
                 try:
-                    return self._speculate(detection, event)
+                    return [*self._speculate(detection, event), *check]
                 except EdgeError:  # a guess is best effort: the utterance's end decides
-                    return []
+                    return check
             case SpeechResumed():
                 return self._withdraw()
             case SpeechEnded() if event.backchannel:

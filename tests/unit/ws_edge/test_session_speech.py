@@ -21,6 +21,7 @@ from schemas.events import (
 )
 from tests.unit.ws_edge.test_session import SECRET, frame, only_error
 from ws_edge.actions import (
+    CheckTurn,
     DetectSpeech,
     DropAudio,
     PublishTruncation,
@@ -47,7 +48,7 @@ from ws_edge.messages import (
     TurnDetection,
 )
 from ws_edge.session import Session, SessionLimits
-from ws_edge.voice.loop import FRAME_BYTES, VadRules
+from ws_edge.voice.loop import EAGERNESS, FRAME_BYTES, VadRules
 
 VOICES = ["joe", "espeak"]
 ANSWER = "Hello there, how are you?"
@@ -1045,3 +1046,83 @@ def test_a_guess_withdrawn_after_the_token_expired_is_still_cancelled():
     session.receive(frame(type="session.authenticate", token=renewed))
     assert session.authenticated
     assert next_turn(session).turn.truncates == [Truncation(first, "", withdrawn=True)]
+
+
+# ---- semantic end of turn: the audio turn model decides at each pause ------------------------
+SEMANTIC = {**DETECTION, "type": "semantic_vad"}
+
+
+def semantic(eagerness: str = "auto", **limits):
+    session, clock = make(**limits)
+    [updated] = update(session, turn_detection={**SEMANTIC, "eagerness": eagerness})
+    assert updated.event.turn_detection == TurnDetection("c1", "mic", "semantic_vad", eagerness)
+    return session, clock, Mic(session)
+
+
+def test_semantic_vad_guesses_and_asks_the_model_at_a_pause_then_answers_on_its_verdict():
+    session, _, mic = semantic()
+    assert mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6) == [Send(InputSpeechStarted("mic", 192.0))]
+    [submit, check] = mic.say([0.0])  # 224 ms of silence: a guess, and a question
+    assert isinstance(submit, SubmitTurn)
+    turn_id = submit.turn.turn_id
+    assert check == CheckTurn("mic", check.pause_id, numbered(0, 23))
+    assert session.submit_succeeded(turn_id) == []  # unseen until the end of turn
+    assert mic.say([0.0] * 3) == []
+    # the model says the user finished: the turn is theirs at once, 320 ms after the speech
+    assert session.turn_verdict("mic", check.pause_id, 0.97) == [
+        Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id)),
+        Send(TurnAccepted(turn_id, "c1")),
+    ]
+    assert session.open_turns == [turn_id]
+
+
+def test_semantic_vad_waits_out_a_pause_the_model_calls_unfinished():
+    session, _, mic = semantic(vad=VadRules(early_silence_ms=0))  # no guessing
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [check] = mic.say([0.0])
+    assert isinstance(check, CheckTurn)
+    assert session.turn_verdict("mic", check.pause_id, 0.1) == []
+    # a second of silence (the silence rule would have ended it at 500 ms), then more words
+    assert mic.say([0.0] * 31) == []
+    assert mic.say([0.9] * 10) == []
+    [check2] = mic.say([0.0] * 7)
+    assert check2.pause_id == check.pause_id + 1 and check2.pcm == numbered(0, 6 + 10 + 38 + 17)
+    [stopped, submit] = session.turn_verdict("mic", check2.pause_id, 0.9)
+    assert isinstance(submit, SubmitTurn)
+    assert stopped == Send(InputSpeechStopped("mic", 64 * 32.0, turn_id=submit.turn.turn_id))
+    # the whole utterance, both halves, is the turn
+    assert submit.uploads[0].data[: 64 * FRAME_BYTES] == numbered(0, 64)
+
+
+def test_semantic_vad_without_a_verdict_falls_back_to_the_silence_rule():
+    session, _, mic = semantic(vad=VadRules(early_silence_ms=0))
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [check] = mic.say([0.0])
+    assert session.turn_verdict("mic", check.pause_id, None) == []  # 224 ms < 500 ms
+    [stopped, submit] = mic.say([0.0] * 9)
+    assert isinstance(submit, SubmitTurn) and stopped.event.audio_end_ms == 16 * 32.0
+
+
+def test_semantic_vad_eagerness_picks_the_rules_and_server_vad_asks_nothing():
+    for eagerness in ("low", "high"):
+        session, _, _ = semantic(eagerness)
+        assert session._voice_loop.turn == EAGERNESS[eagerness]
+    session, _, mic = listening()  # server_vad: the silence rule, no model
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    assert not any(isinstance(a, CheckTurn) for a in mic.say([0.0] * 20))
+
+
+def test_switching_to_semantic_vad_on_the_same_stream_keeps_listening():
+    session, _, mic = listening()
+    update(session, turn_detection=SEMANTIC)
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    assert any(isinstance(a, CheckTurn) for a in mic.say([0.0]))
+
+
+def test_a_verdict_for_another_stream_or_after_detection_off_is_ignored():
+    session, _, mic = semantic(vad=VadRules(early_silence_ms=0))
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [check] = mic.say([0.0])
+    assert session.turn_verdict("other", check.pause_id, 0.99) == []
+    update(session, turn_detection=None)
+    assert session.turn_verdict("mic", check.pause_id, 0.99) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ws_edge.voice.loop import (
+    EAGERNESS,
     FRAME_BYTES,
     FRAME_MS,
     BargeIn,
@@ -10,6 +11,7 @@ from ws_edge.voice.loop import (
     SpeechPaused,
     SpeechResumed,
     SpeechStarted,
+    TurnRules,
     VadRules,
     VoiceLoop,
 )
@@ -214,7 +216,7 @@ def test_speech_paused_after_early_silence_ms_with_the_utterance_so_far():
     assert mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 6) == [SpeechStarted(at_ms=192.0)]
     # the 7th silent frame makes 224 ms >= 200 ms
     assert mic.feed([SILENCE]) == [
-        SpeechPaused(start_ms=192.0, end_ms=16 * 32.0, pcm=frames(0, 23))
+        SpeechPaused(start_ms=192.0, end_ms=16 * 32.0, pcm=frames(0, 23), pause_id=1)
     ]
     assert mic.feed([SILENCE] * 8) == []  # one guess; 15 x 32 = 480 ms < 500 ms
     # the silence rule ends it as before, with the whole utterance
@@ -227,7 +229,7 @@ def test_speech_resumed_before_silence_ms_then_a_new_guess_then_the_end():
     mic = Mic()
     assert mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 7) == [
         SpeechStarted(at_ms=192.0),
-        SpeechPaused(start_ms=192.0, end_ms=16 * 32.0, pcm=frames(0, 23)),
+        SpeechPaused(start_ms=192.0, end_ms=16 * 32.0, pcm=frames(0, 23), pause_id=1),
     ]
     assert mic.feed([SILENCE] * 3) == []  # frames 23..25
     # speech again at frame 26, 320 ms into the silence (< 500 ms): the guess was wrong
@@ -236,7 +238,7 @@ def test_speech_resumed_before_silence_ms_then_a_new_guess_then_the_end():
     assert mic.feed([SILENCE] * 6) == []  # frames 36..41: 192 ms
     # a second pause: a second guess, with both parts of the utterance
     assert mic.feed([SILENCE]) == [
-        SpeechPaused(start_ms=192.0, end_ms=36 * 32.0, pcm=frames(0, 43))
+        SpeechPaused(start_ms=192.0, end_ms=36 * 32.0, pcm=frames(0, 43), pause_id=2)
     ]
     assert mic.feed([SILENCE] * 8) == []
     [ended] = mic.feed([SILENCE])  # frame 51: 16 silent frames after 35
@@ -250,7 +252,7 @@ def test_speech_resumed_before_silence_ms_then_a_new_guess_then_the_end():
     events = mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 16)  # speech at 58..67
     assert events == [
         SpeechStarted(at_ms=58 * 32.0),
-        SpeechPaused(start_ms=58 * 32.0, end_ms=68 * 32.0, pcm=frames(52, 6 + 10 + 7)),
+        SpeechPaused(start_ms=58 * 32.0, end_ms=68 * 32.0, pcm=frames(52, 6 + 10 + 7), pause_id=3),
         SpeechEnded(
             start_ms=58 * 32.0, end_ms=68 * 32.0, pcm=frames(52, 6 + 10 + 16), backchannel=False
         ),
@@ -278,7 +280,7 @@ def test_after_a_barge_in_a_pause_is_guessed_to_end_the_utterance():
     assert events == [SpeechStarted(at_ms=0.0), BargeIn(at_ms=18 * 32.0)]
     assert mic.feed([SILENCE] * 6, speaking=True) == []
     assert mic.feed([SILENCE], speaking=True) == [
-        SpeechPaused(start_ms=0.0, end_ms=19 * 32.0, pcm=frames(0, 26))
+        SpeechPaused(start_ms=0.0, end_ms=19 * 32.0, pcm=frames(0, 26), pause_id=1)
     ]
     assert mic.feed([SILENCE] * 9, speaking=True) == [
         SpeechEnded(start_ms=0.0, end_ms=19 * 32.0, pcm=frames(0, 35), backchannel=False)
@@ -297,3 +299,92 @@ def test_early_silence_ms_of_zero_or_at_least_silence_ms_never_guesses():
         assert mic.feed([SILENCE] * 16) == [
             SpeechEnded(start_ms=192.0, end_ms=36 * 32.0, pcm=frames(0, 52), backchannel=False)
         ], rules
+
+
+# ---- semantic end of turn (the audio turn model decides at each pause) -----------------------
+SEMANTIC = TurnRules(threshold=0.5, max_silence_ms=1_000.0, check_ms=96.0)  # 3 frames
+
+
+def semantic_mic(rules: VadRules | None = None) -> Mic:
+    mic = Mic(rules)
+    mic.loop = VoiceLoop(rules or VadRules(), SEMANTIC)
+    return mic
+
+
+def paused(events: list) -> SpeechPaused:
+    [pause] = [e for e in events if isinstance(e, SpeechPaused)]
+    assert pause.check
+    return pause
+
+
+def test_semantic_asks_the_model_at_the_first_pause_and_ends_on_a_complete_verdict():
+    mic = semantic_mic()
+    pause = paused(mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3))  # 96 ms silent
+    assert (pause.start_ms, pause.end_ms, pause.pcm) == (192.0, 16 * 32.0, frames(0, 19))
+    assert mic.feed([SILENCE]) == []  # waiting for the verdict: no silence rule at 500 ms
+    assert mic.loop.turn_verdict(pause.pause_id, 0.9) == [
+        SpeechEnded(start_ms=192.0, end_ms=16 * 32.0, pcm=frames(0, 20), backchannel=False)
+    ]
+    assert mic.feed([SILENCE] * 40) == []  # ended once
+
+
+def test_semantic_an_unfinished_verdict_waits_past_the_silence_rule_for_more_speech():
+    mic = semantic_mic()
+    pause = paused(mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3))
+    assert mic.loop.turn_verdict(pause.pause_id, 0.2) == []
+    # 700 ms of silence: the silence rule (500 ms) would have cut the user off here
+    assert mic.feed([SILENCE] * 19) == []
+    assert mic.feed([SPEECH] * 10) == [SpeechResumed(at_ms=38 * 32.0)]
+    second = paused(mic.feed([SILENCE] * 3))  # a new pause: a new question to the model
+    assert second.pause_id == pause.pause_id + 1
+    assert mic.loop.turn_verdict(pause.pause_id, 0.99) == []  # the old pause's verdict: void
+    [ended] = mic.loop.turn_verdict(second.pause_id, 0.99)
+    assert isinstance(ended, SpeechEnded) and ended.end_ms == 48 * 32.0
+
+
+def test_semantic_an_unfinished_verdict_still_ends_after_max_silence_ms():
+    mic = semantic_mic()
+    pause = paused(mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3))
+    assert mic.loop.turn_verdict(pause.pause_id, 0.1) == []
+    assert mic.feed([SILENCE] * 28) == []  # 31 frames after the last speech: 992 < 1000 ms
+    [ended] = mic.feed([SILENCE])
+    assert isinstance(ended, SpeechEnded) and ended.end_ms == 16 * 32.0
+
+
+def test_semantic_without_a_verdict_the_silence_rule_decides():
+    mic = semantic_mic()
+    pause = paused(mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3))
+    assert mic.feed([SILENCE] * 14) == []  # 17 silent frames: 544 ms, no verdict yet
+    [ended] = mic.loop.turn_verdict(pause.pause_id, None)  # the model failed: 500 ms passed
+    assert isinstance(ended, SpeechEnded)
+
+
+def test_semantic_a_late_unfinished_verdict_past_max_silence_ends_at_once():
+    mic = semantic_mic()
+    pause = paused(mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3))
+    assert mic.feed([SILENCE] * 28) == []  # 31 frames: 992 ms
+    assert mic.feed([SILENCE] * 2)  # past max_silence_ms without a verdict: ended anyway
+    assert mic.loop.turn_verdict(pause.pause_id, 0.1) == []  # nothing left to decide
+
+
+def test_semantic_a_backchannel_candidate_keeps_the_silence_rule_and_asks_nothing():
+    mic = semantic_mic()
+    events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 16, speaking=True)
+    assert events == [
+        SpeechStarted(at_ms=192.0),
+        SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 34), backchannel=True),
+    ]
+
+
+def test_semantic_asks_the_model_even_when_guessing_is_off():
+    mic = semantic_mic(NO_GUESS)
+    pause = paused(mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3))
+    assert not pause.guess
+    assert paused(semantic_mic().feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3)).guess
+
+
+def test_eagerness_high_answers_sooner_and_low_waits_longer():
+    assert EAGERNESS["auto"] == EAGERNESS["medium"]
+    high, medium, low = EAGERNESS["high"], EAGERNESS["medium"], EAGERNESS["low"]
+    assert high.threshold < medium.threshold < low.threshold
+    assert high.max_silence_ms < medium.max_silence_ms < low.max_silence_ms
