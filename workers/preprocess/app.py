@@ -31,6 +31,7 @@ def build_speech(settings: Settings) -> SpeechPool:
         max_seconds=settings.max_audio_s,
         max_bytes=settings.max_media_bytes,
         asr_threads=settings.asr_threads,
+        short_window=settings.asr_short_window,
     )
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from schemas.events import TranscriptSegment  # timed on the original clip
 from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment
+from workers.preprocess.whisper_window import degenerate, transcribe_window, window_seconds
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -113,8 +114,10 @@ class WhisperTranscriber:
         cpu_threads: int | None = None,
         beam_size: int = 1,
         language: str = "en",
+        short_window: bool = True,
     ) -> None:
         self._model_path = model_path
+        self.short_window = short_window  # a window sized to the speech (whisper_window)
         self.cpu_threads = cpu_threads or min(4, os.cpu_count() or 1)
         self.beam_size = beam_size
         self.language = language
@@ -152,6 +155,12 @@ class WhisperTranscriber:
             return Transcript("", (), audio_s, 0.0)
         with self._lock:
             model = self._load_locked()
+            window = window_seconds(len(joined) / SAMPLE_RATE) if self.short_window else None
+            short = transcribe_window(model, joined, window, self.language) if window else []
+            if short and not degenerate(short):
+                return self._transcript(
+                    [(s.start_s, s.end_s, s.text) for s in short], pieces, audio_s, speech_s
+                )
             raw, _info = model.transcribe(
                 joined,
                 language=self.language,
@@ -165,13 +174,24 @@ class WhisperTranscriber:
                 word_timestamps=False,
             )
             whisper_segments = list(raw)  # a generator: decoding happens here, under the lock
+        timed = [(seg.start, seg.end, seg.text) for seg in whisper_segments]
+        return self._transcript(timed, pieces, audio_s, speech_s)
+
+    @staticmethod
+    def _transcript(
+        timed: list[tuple[float, float, str]],
+        pieces: list[JoinedPiece],
+        audio_s: float,
+        speech_s: float,
+    ) -> Transcript:
+        """Segments timed on the joined buffer, mapped back onto the clip."""
         timeline = _Timeline(pieces)
         out: list[TranscriptSegment] = []
-        for seg in whisper_segments:
-            text = seg.text.strip()
+        for seg_start, seg_end, seg_text in timed:
+            text = seg_text.strip()
             if not text:
                 continue
-            start = timeline.to_clip(seg.start, is_end=False)
-            end = max(start, timeline.to_clip(seg.end, is_end=True))
+            start = timeline.to_clip(seg_start, is_end=False)
+            end = max(start, timeline.to_clip(seg_end, is_end=True))
             out.append(TranscriptSegment(round(start, 3), round(end, 3), text))
         return Transcript(" ".join(s.text for s in out), tuple(out), audio_s, speech_s)

@@ -28,8 +28,11 @@ class SpeechPipeline:
     max_bytes: int
 
     @classmethod
-    def load(cls, *, max_seconds: float, max_bytes: int, asr_threads: int) -> SpeechPipeline:
-        return cls(SileroVad(), WhisperTranscriber(cpu_threads=asr_threads), max_seconds, max_bytes)
+    def load(
+        cls, *, max_seconds: float, max_bytes: int, asr_threads: int, short_window: bool = True
+    ) -> SpeechPipeline:
+        asr = WhisperTranscriber(cpu_threads=asr_threads, short_window=short_window)
+        return cls(SileroVad(), asr, max_seconds, max_bytes)
 
     def warm(self) -> None:
         self.asr.load()
@@ -64,12 +67,21 @@ class SpeechPool:
 
     @classmethod
     def load(
-        cls, workers: int, *, max_seconds: float, max_bytes: int, asr_threads: int
+        cls,
+        workers: int,
+        *,
+        max_seconds: float,
+        max_bytes: int,
+        asr_threads: int,
+        short_window: bool = True,
     ) -> SpeechPool:
         return cls(
             [
                 SpeechPipeline.load(
-                    max_seconds=max_seconds, max_bytes=max_bytes, asr_threads=asr_threads
+                    max_seconds=max_seconds,
+                    max_bytes=max_bytes,
+                    asr_threads=asr_threads,
+                    short_window=short_window,
                 )
                 for _ in range(max(1, workers))
             ]

@@ -1,0 +1,315 @@
+"""End of turn on a labelled set of spoken utterances: how often a user who pauses
+mid-sentence is cut off, and how long one who finished waits, for the silence rule
+(`server_vad`) and the audio turn model (`semantic_vad` at each eagerness), in one run.
+
+The set (`bench/turn_sets/utterances.jsonl`): sentences in English, Spanish, Chinese,
+French and German, each with a natural hesitation point (`prefix`). Every sentence is
+spoken by espeak-ng in its language (English also by the piper voice "joe") two ways:
+*complete* (the sentence, then silence) and *paused* (the prefix, `--pause-ms` of silence,
+the rest, then silence). Each clip goes through what the edge runs: Silero VAD per 32 ms
+frame, the pure end-pointer (`ws_edge.voice.loop`) and, at each pause, the turn model, whose
+verdict lands as many frames later as it took to compute (measured, not assumed).
+
+- false end of turn: a paused clip whose turn ended during the pause (the user was cut off);
+- wait: from the end of speech (the last frame Silero scores as speech) to the end-of-turn
+  decision, on complete clips;
+- the model's probability at the first pause, complete vs paused (AUC: how well it tells
+  them apart on this set, whatever the threshold).
+
+    python -m bench.turn_taking                    # ~2 min on 2 cores
+    python -m bench.turn_taking --pause-ms 1200 --langs en zh
+
+Prints a table; writes bench/results/turn_taking.json and bench/figures/turn-taking.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.plotting import RESULTS, save_figure
+from bench.stats import percentile
+from harness.media import pcm16, quiet_room
+from workers.preprocess.audio_decode import decode_pcm16
+from workers.tts.voices import VOICES, EspeakSpeaker, Voice
+from ws_edge.voice.loop import (
+    EAGERNESS,
+    FRAME_BYTES,
+    FRAME_MS,
+    SpeechEnded,
+    SpeechPaused,
+    TurnRules,
+    VadRules,
+    VoiceLoop,
+)
+from ws_edge.voice.speech_detector import SpeechDetector
+from ws_edge.voice.turn_model import TurnModel
+
+SET = Path(__file__).parent / "turn_sets" / "utterances.jsonl"
+ESPEAK_VOICES = {"en": "en-us", "es": "es", "zh": "cmn", "fr": "fr", "de": "de"}
+LEAD_S = 0.3
+TAIL_S = 5.0  # longer than the longest wait (eagerness low: 4 s)
+RULES: dict[str, TurnRules | None] = {
+    "silence 500 ms": None,
+    "semantic high": EAGERNESS["high"],
+    "semantic medium": EAGERNESS["medium"],
+    "semantic low": EAGERNESS["low"],
+}
+
+
+def progress(text: str) -> None:
+    print(f"  {text}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Clip:
+    lang: str
+    voice: str
+    kind: str  # complete | paused
+    text: str
+    pcm: bytes
+    speech_end_ms: float  # complete: end of the sentence; paused: end of the prefix
+    resume_ms: float  # paused: where the rest starts (inf for complete)
+
+
+def speech(voice: Voice, text: str) -> np.ndarray:
+    """The voice saying `text`, 16 kHz float32, without the silence it trails."""
+    audio = voice.synthesize(text)
+    x = decode_pcm16(audio.pcm, audio.sample_rate, max_seconds=60, max_bytes=10**8)
+    loud = np.nonzero(np.abs(x) > 0.01)[0]
+    return x[: loud[-1] + 1] if len(loud) else x
+
+
+def clips(rows: list[dict], pause_s: float) -> list[Clip]:
+    out: list[Clip] = []
+    joe = VOICES["joe"]()
+    for i, row in enumerate(rows):
+        progress(f"speaking {i + 1}/{len(rows)} ({row['lang']})")
+        voices: list[tuple[str, Voice]] = [("espeak", EspeakSpeaker(ESPEAK_VOICES[row["lang"]]))]
+        if row["lang"] == "en":
+            voices.append(("joe", joe))
+        rest = row["complete"][len(row["prefix"]) :].strip()
+        for name, voice in voices:
+            lead = quiet_room(LEAD_S, seed=i)
+            whole = speech(voice, row["complete"])
+            out.append(
+                Clip(
+                    row["lang"],
+                    name,
+                    "complete",
+                    row["complete"],
+                    pcm16(np.concatenate([lead, whole, quiet_room(TAIL_S, seed=i + 1)])),
+                    1000 * (LEAD_S + len(whole) / 16_000),
+                    math.inf,
+                )
+            )
+            first, second = speech(voice, row["prefix"]), speech(voice, rest)
+            gap = quiet_room(pause_s, seed=i + 2)
+            parts = [lead, first, gap, second, quiet_room(TAIL_S, seed=i + 3)]
+            out.append(
+                Clip(
+                    row["lang"],
+                    name,
+                    "paused",
+                    f"{row['prefix']} … {rest}",
+                    pcm16(np.concatenate(parts)),
+                    1000 * (LEAD_S + len(first) / 16_000),
+                    1000 * (LEAD_S + (len(first) + len(gap)) / 16_000),
+                )
+            )
+    return out
+
+
+@dataclass
+class Outcome:
+    ended_at_ms: float | None  # when the end of turn was decided (clip time)
+    end_ms: float | None  # where the loop put the end of speech
+    first_probability: float | None
+    model_calls: int
+    model_ms: float
+
+
+def run_clip(clip: Clip, turn: TurnRules | None, model: TurnModel, probs: list[float]) -> Outcome:
+    """The clip through the end-pointer; the model's verdicts land after their compute time."""
+    loop = VoiceLoop(VadRules(early_silence_ms=0), turn)
+    frames = loop.append(clip.pcm)
+    pending: tuple[int, int, float, float] | None = None  # due frame, pause id, p, done at ms
+    calls, spent, first = 0, 0.0, None
+    for k, prob in enumerate(probs):
+        events = []
+        if pending is not None and k >= pending[0]:
+            _, pause_id, p, done_ms = pending
+            pending = None
+            for event in loop.turn_verdict(pause_id, p):
+                if isinstance(event, SpeechEnded):
+                    return Outcome(done_ms, event.end_ms, first, calls, spent)
+        events = loop.scored(
+            frames[k * FRAME_BYTES : (k + 1) * FRAME_BYTES], [prob], assistant_speaking=False
+        )
+        now_ms = (k + 1) * FRAME_MS
+        for event in events:
+            if isinstance(event, SpeechEnded):
+                return Outcome(now_ms, event.end_ms, first, calls, spent)
+            if isinstance(event, SpeechPaused) and event.check:
+                started = time.perf_counter()
+                p = model.probability(event.pcm)
+                took = (time.perf_counter() - started) * 1000
+                calls, spent = calls + 1, spent + took
+                first = p if first is None else first
+                pending = (k + 1 + math.ceil(took / FRAME_MS), event.pause_id, p, now_ms + took)
+    return Outcome(None, None, first, calls, spent)
+
+
+def auc(positives: list[float], negatives: list[float]) -> float:
+    """P(a complete clip scores above a paused one): 0.5 is chance."""
+    if not positives or not negatives:
+        return math.nan
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def summarise(results: list[dict]) -> list[dict]:
+    rows = []
+    groups = sorted({(r["lang"], r["voice"]) for r in results}) + [("all", "all")]
+    for lang, voice in groups:
+        mine = [r for r in results if lang == "all" or (r["lang"], r["voice"]) == (lang, voice)]
+        for rule in RULES:
+            runs = [r for r in mine if r["rule"] == rule]
+            paused = [r for r in runs if r["kind"] == "paused"]
+            complete = [r for r in runs if r["kind"] == "complete"]
+            waits = [r["wait_ms"] for r in complete if r["wait_ms"] is not None]
+            calls = [r["model_calls"] for r in runs]
+            rows.append(
+                {
+                    "lang": lang,
+                    "voice": voice,
+                    "rule": rule,
+                    "paused": len(paused),
+                    "false_end_rate": sum(r["cut_off"] for r in paused) / max(1, len(paused)),
+                    "complete": len(complete),
+                    "never_ended": sum(r["wait_ms"] is None for r in complete),
+                    "wait_mean_ms": float(np.mean(waits)) if waits else math.nan,
+                    "wait_p50_ms": percentile(waits, 50) if waits else math.nan,
+                    "wait_p90_ms": percentile(waits, 90) if waits else math.nan,
+                    "model_calls_per_clip": float(np.mean(calls)) if calls else 0.0,
+                    "model_ms_per_call": (sum(r["model_ms"] for r in runs) / max(1, sum(calls))),
+                    "auc": auc(
+                        [r["p"] for r in complete if r["p"] is not None],
+                        [r["p"] for r in paused if r["p"] is not None],
+                    ),
+                }
+            )
+    return rows
+
+
+def print_table(rows: list[dict], pause_ms: float) -> None:
+    print(f"end of turn, {pause_ms:g} ms pauses mid-sentence (false end = cut off in the pause)")
+    print(
+        f"{'lang':>4} {'voice':>7} {'rule':>16} {'false end':>10} {'wait mean':>10} "
+        f"{'p50/p90':>13} {'never':>6} {'calls':>6} {'ms/call':>8} {'AUC':>5}"
+    )
+    for r in rows:
+        print(
+            f"{r['lang']:>4} {r['voice']:>7} {r['rule']:>16} "
+            f"{100 * r['false_end_rate']:>5.0f}% /{r['paused']:<3} {r['wait_mean_ms']:>8.0f}ms "
+            f"{r['wait_p50_ms']:>6.0f}/{r['wait_p90_ms']:<6.0f} {r['never_ended']:>6} "
+            f"{r['model_calls_per_clip']:>6.2f} {r['model_ms_per_call']:>8.1f} "
+            f"{r['auc'] if r['rule'] != 'silence 500 ms' else math.nan:>5.2f}"
+        )
+
+
+def plot(rows: list[dict], args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [g for g in dict.fromkeys((r["lang"], r["voice"]) for r in rows)]
+    labels = [f"{lang}\n{voice}" for lang, voice in groups]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    width = 0.8 / len(RULES)
+    x = np.arange(len(groups))
+    for i, rule in enumerate(RULES):
+        mine = {(r["lang"], r["voice"]): r for r in rows if r["rule"] == rule}
+        left.bar(
+            x + i * width, [100 * mine[g]["false_end_rate"] for g in groups], width, label=rule
+        )
+        right.bar(x + i * width, [mine[g]["wait_mean_ms"] for g in groups], width, label=rule)
+    left.axhline(5, color="red", linestyle="--", label="5% target")
+    left.set_ylabel(f"% of paused utterances cut off ({args.pause_ms:g} ms pause)")
+    right.set_ylabel("mean wait after a complete utterance, ms")
+    for ax, title in ((left, "false end of turn"), (right, "wait after the user finished")):
+        ax.set_xticks(x + width * (len(RULES) - 1) / 2, labels)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    fig.suptitle(
+        f"end of turn on spoken utterances (bench.turn_taking, {time.strftime('%Y-%m-%d')})"
+    )
+    fig.tight_layout()
+    save_figure(fig, "turn-taking")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.turn_taking")
+    parser.add_argument("--pause-ms", type=float, default=800.0)
+    parser.add_argument("--langs", nargs="+", default=list(ESPEAK_VOICES))
+    args = parser.parse_args()
+    rows = [json.loads(line) for line in SET.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r["lang"] in args.langs]
+    made = clips(rows, args.pause_ms / 1000)
+    model = TurnModel()
+    results = []
+    for i, clip in enumerate(made):
+        if i % 10 == 0:
+            progress(f"clip {i + 1}/{len(made)}")
+        detector = SpeechDetector()
+        probs = detector.score(clip.pcm[: len(clip.pcm) - len(clip.pcm) % FRAME_BYTES])
+        for rule, turn in RULES.items():
+            out = run_clip(clip, turn, model, probs)
+            cut_off = (
+                clip.kind == "paused"
+                and out.ended_at_ms is not None
+                and out.ended_at_ms < clip.resume_ms + 100  # before the rest was heard
+            )
+            wait = (
+                out.ended_at_ms - out.end_ms
+                if clip.kind == "complete" and out.ended_at_ms is not None and out.end_ms
+                else None
+            )
+            results.append(
+                {
+                    "lang": clip.lang,
+                    "voice": clip.voice,
+                    "kind": clip.kind,
+                    "text": clip.text,
+                    "rule": rule,
+                    "cut_off": cut_off,
+                    "wait_ms": wait,
+                    "p": out.first_probability,
+                    "model_calls": out.model_calls,
+                    "model_ms": out.model_ms,
+                }
+            )
+    table = summarise(results)
+    print_table(table, args.pause_ms)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "args": vars(args),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "rows": table,
+        "raw": results,
+    }
+    (RESULTS / "turn_taking.json").write_text(json.dumps(payload, indent=2))
+    plot(table, args)
+    print(f"wrote {RESULTS / 'turn_taking.json'} and bench/figures/turn-taking.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Whisper on a window sized to the speech, not its fixed 30 s (pure helpers + one decode).
+
+Whisper's encoder reads 30 s of features whatever the speech lasts: ~0.45 s of a core for
+tiny.en here on a 2 s question, most of a spoken turn's transcription. CTranslate2 also runs
+the encoder on a shorter window (it slices the positional embeddings): a 10 s window costs
+~60 ms and, for speech that fits it with room to spare, decodes the same words (checked by
+`tests/unit/workers/preprocess/test_whisper_window.py` against the 30 s path). Speech too
+long for the largest short window, or a decode that looks degenerate (no text, repeated
+text), goes the 30 s way.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+
+FRAMES_PER_S = 100  # Whisper's features: one frame every 10 ms
+WINDOWS_S = (10, 20)  # the short windows, smallest first
+MARGIN_S = 1.5  # speech must leave this much of a window free (Whisper likes a quiet tail)
+SECONDS_PER_TIMESTAMP = 0.02
+MAX_COMPRESSION = 2.4  # faster-whisper's bar for a repetitive (hallucinated) decode
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSegment:
+    start_s: float  # in the transcribed buffer
+    end_s: float
+    text: str
+
+
+def window_seconds(speech_s: float) -> int | None:
+    """The smallest short window that holds `speech_s` with the margin, or None (30 s)."""
+    for window in WINDOWS_S:
+        if speech_s + MARGIN_S <= window:
+            return window
+    return None
+
+
+def segments_from_tokens(
+    tokens: list[int], *, timestamp_begin: int, eot: int, decode, end_s: float
+) -> list[WindowSegment]:
+    """Whisper's timestamped output (`<|t0|> text <|t1|><|t1|> text <|t2|>`) as segments;
+    text after the last timestamp ends at `end_s`."""
+    out: list[WindowSegment] = []
+    start: float | None = None
+    text: list[int] = []
+    for token in tokens:
+        if token >= timestamp_begin:
+            at = (token - timestamp_begin) * SECONDS_PER_TIMESTAMP
+            if start is not None and text:
+                out.append(WindowSegment(start, max(start, at), decode(text)))
+                text, start = [], None
+            else:
+                start = at
+        elif token < eot:
+            text.append(token)
+            if start is None:
+                start = 0.0 if not out else out[-1].end_s
+    if text:
+        begin = start if start is not None else 0.0
+        out.append(WindowSegment(begin, max(begin, end_s), decode(text)))
+    return [s for s in out if s.text.strip()]
+
+
+def degenerate(segments: list[WindowSegment]) -> bool:
+    """No words, or words that compress too well (a loop): let the 30 s path try."""
+    text = " ".join(s.text.strip() for s in segments).strip()
+    if not text:
+        return True
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) > MAX_COMPRESSION
+
+
+def transcribe_window(
+    model: WhisperModel, audio: np.ndarray, window_s: int, language: str | None
+) -> list[WindowSegment]:
+    """Greedy timestamped decode of `audio` (float32 16 kHz) padded to `window_s`."""
+    from faster_whisper.audio import pad_or_trim
+    from faster_whisper.tokenizer import Tokenizer
+
+    features = pad_or_trim(model.feature_extractor(audio), window_s * FRAMES_PER_S)
+    encoded = model.encode(features)
+    multilingual = model.model.is_multilingual
+    tokenizer = Tokenizer(
+        model.hf_tokenizer,
+        multilingual,
+        task="transcribe" if multilingual else None,
+        language=language if multilingual else None,
+    )
+    prompt = tokenizer.sot_sequence
+    [result] = model.model.generate(
+        encoded,
+        [prompt],
+        beam_size=1,
+        max_length=min(448, len(prompt) + 20 + int(8 * window_s)),
+        suppress_blank=True,
+        suppress_tokens=[-1],
+        max_initial_timestamp_index=50,
+    )
+    return segments_from_tokens(
+        result.sequences_ids[0],
+        timestamp_begin=tokenizer.timestamp_begin,
+        eot=tokenizer.eot,
+        decode=lambda ids: tokenizer.decode(ids).strip(),
+        end_s=len(audio) / 16_000,
+    )
