@@ -177,7 +177,7 @@ def auc(positives: list[float], negatives: list[float]) -> float:
 
 def summarise(results: list[dict]) -> list[dict]:
     rows = []
-    groups = sorted({(r["lang"], r["voice"]) for r in results}) + [("all", "all")]
+    groups = [*sorted({(r["lang"], r["voice"]) for r in results}), ("all", "all")]
     for lang, voice in groups:
         mine = [r for r in results if lang == "all" or (r["lang"], r["voice"]) == (lang, voice)]
         for rule in RULES:

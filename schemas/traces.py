@@ -100,6 +100,7 @@ class TraceRow:
     image_seed: int
     image_generate_ms: float
     image_notice: str
+    language: str  # the spoken language (ISO 639-1), '' for typed turns: migration 0017
     submitted_at: datetime
     completed_at: datetime
 
@@ -120,6 +121,7 @@ def build_trace(
     prices: Prices | None = None,
     screening: Screening | None = None,
     route: Route | None = None,
+    language: str = "",
 ) -> TraceRow:
     """The trace of a turn from what is known about it (`preprocess_ms` from its
     `turn.enriched`, `context` from its `turn.assembled`). Without `completed`, the turn is
@@ -205,6 +207,7 @@ def build_trace(
         image_seed=image.seed if image else 0,
         image_generate_ms=image.generate_ms if image else 0.0,
         image_notice=image.notice if image else "",
+        language=language,
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )

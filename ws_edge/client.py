@@ -58,15 +58,21 @@ def image_part(data: bytes | None = None, *, url: str | None = None) -> ImagePar
 
 
 def audio_part(
-    data: bytes | None = None, *, stream_id: str | None = None, pcm16_rate: int | None = None
+    data: bytes | None = None,
+    *,
+    stream_id: str | None = None,
+    pcm16_rate: int | None = None,
+    language: str | None = None,
 ) -> AudioPart:
     """Audio for `start_turn(parts=[...])`: a recorded file's bytes, raw PCM16 at
-    `pcm16_rate`, or the stream filled with `append_audio`."""
+    `pcm16_rate`, or the stream filled with `append_audio`; `language` (ISO 639-1) when
+    known, else the ASR detects it."""
     return AudioPart(
         data=None if data is None else _b64(data),
         stream_id=stream_id,
         format="pcm16" if pcm16_rate else None,
         sample_rate=pcm16_rate,
+        language=language,
     )
 
 

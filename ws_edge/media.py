@@ -169,5 +169,11 @@ def _audio(part: AudioPart, what: str, buffers: AudioBuffers, uploads: list[Uplo
             size_bytes=len(data),
             format="pcm16",
             sample_rate=rate,
+            language=part.language or "",
         )
-    return MediaRef(kind=MediaKind.AUDIO, sha256=_upload(data, uploads), size_bytes=len(data))
+    return MediaRef(
+        kind=MediaKind.AUDIO,
+        sha256=_upload(data, uploads),
+        size_bytes=len(data),
+        language=part.language or "",
+    )

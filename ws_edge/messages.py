@@ -53,6 +53,7 @@ PROTOCOL_VERSION = 1
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$(?!\n)"
 
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
+LanguageCode = Annotated[str, msgspec.Meta(pattern="^[a-z]{2,3}$")]  # ISO 639
 Text = Annotated[str, msgspec.Meta(min_length=1)]
 
 
@@ -92,6 +93,9 @@ class AudioPart(
     stream_id: Id | None = None
     format: Literal["auto", "pcm16"] | None = None
     sample_rate: Annotated[int, msgspec.Meta(ge=8000, le=48000)] | None = None
+    # the language spoken (ISO 639-1, e.g. "zh"): skips detection, which short or unusual
+    # speech can get wrong (only with TURNSTREAM_ASR_MODEL=multilingual)
+    language: LanguageCode | None = None
 
 
 Part = TextPart | ImagePart | AudioPart
@@ -116,6 +120,7 @@ class TurnDetection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     type: Literal["server_vad", "semantic_vad"] = "server_vad"
     # semantic_vad only: high answers sooner (and cuts off more often), low waits longer
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    language: LanguageCode | None = None  # each utterance's audio part `language`
 
 
 class SessionUpdate(ClientMessage, tag="session.update"):
@@ -274,6 +279,7 @@ class InputTranscript(ServerEvent, tag="input.transcript"):
     audio_s: float
     epoch: int | None = None
     offset: int | None = None
+    language: str = ""  # ISO 639-1 as heard (TURNSTREAM_ASR_MODEL=multilingual); "" unknown
 
 
 class ResponseStarted(ServerEvent, tag="response.started"):

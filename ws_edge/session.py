@@ -313,7 +313,13 @@ class Session(VoiceTurns):
         match event:
             case InputTranscribed():
                 transcript = InputTranscript(
-                    event.turn_id, event.text, event.segments, event.audio_s, epoch, offset
+                    event.turn_id,
+                    event.text,
+                    event.segments,
+                    event.audio_s,
+                    epoch,
+                    offset,
+                    language=event.language,
                 )
                 return [Send(transcript)]
             case TurnStarted():

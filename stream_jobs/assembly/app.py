@@ -291,6 +291,7 @@ class AssemblyJob:
             query=query,
             budget_tokens=self.config.max_model_len - answer_room,
             count_tokens=self.count_tokens,
+            language=turn.language,
         )
         state.turns += 1
         if context.dropped_messages:
@@ -318,6 +319,7 @@ class AssemblyJob:
             context=context,
             assembled_at_ms=now_ms(),
             images=turn.images,
+            language=turn.language,
             preprocess_ms=turn.preprocess_ms,
             screening=turn.screening,
             route=route,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from schemas.events import Message, PromptContext, Role
+from schemas.languages import language_name
 from stream_jobs.assembly.state import StoredMessage
 
 MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators of a chat template, per message
@@ -46,8 +47,13 @@ def with_instructions(persona: str, instructions: str) -> str:
     return "\n\n".join(part for part in (persona, instructions) if part)
 
 
-def system_text(persona: str, profile: str, passages: Sequence[Passage]) -> str:
+def system_text(persona: str, profile: str, passages: Sequence[Passage], language: str = "") -> str:
+    """`language`: the ISO 639-1 code the user spoke in, when the ASR heard one other than
+    English: the model is told to answer in it (a small model otherwise drifts to English)."""
     parts = [persona] if persona else []
+    name = language_name(language) if language != "en" else ""
+    if name:
+        parts.append(f"The user is speaking {name}. Answer in {name}.")
     if profile:
         parts.append(f"About the user: {profile}")
     if passages:
@@ -68,10 +74,11 @@ def assemble(
     query: str,
     budget_tokens: int,
     count_tokens: Callable[[str], int],
+    language: str = "",
 ) -> tuple[list[Message], PromptContext]:
     """The prompt messages and how they were built. The system text and the query are always
     kept (the engine refuses a prompt that still does not fit, with `context_overflow`)."""
-    system = system_text(persona, profile, passages)
+    system = system_text(persona, profile, passages, language)
     used = count_tokens(query) + MESSAGE_OVERHEAD_TOKENS
     if system:
         used += count_tokens(system) + MESSAGE_OVERHEAD_TOKENS

@@ -35,6 +35,7 @@ class PendingTrace(msgspec.Struct, forbid_unknown_fields=True):
     context: PromptContext | None = None
     screening: Screening | None = None
     route: Route | None = None
+    language: str = ""
 
 
 def joins(event: AnyEvent) -> bool:
@@ -50,10 +51,12 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.submitted = event
         case TurnEnriched():
             pending.preprocess_ms = event.preprocess_ms
+            pending.language = event.language or pending.language
             pending.screening = event.screening or pending.screening
             pending.submitted = pending.submitted or event.submitted
         case TurnAssembled():
             pending.context = event.context
+            pending.language = pending.language or event.language
             pending.route = event.route
             pending.preprocess_ms = pending.preprocess_ms or event.preprocess_ms
             pending.screening = pending.screening or event.screening
@@ -77,6 +80,7 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
         context=pending.context,
         screening=pending.screening,
         route=pending.route,
+        language=pending.language,
     )
 
 
@@ -108,6 +112,7 @@ def timed_out(pending: PendingTrace, turn_id: str, now_ms: float) -> TraceRecord
         context=pending.context,
         screening=pending.screening,
         route=pending.route,
+        language=pending.language,
     )
 
 

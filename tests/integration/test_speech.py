@@ -6,6 +6,7 @@ backchannel pass and stops the assistant when the user talks over it."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import uuid
@@ -240,3 +241,30 @@ async def test_with_no_tts_worker_the_text_is_whole_and_speech_ends_with_a_clear
     ended = events[-1]
     assert isinstance(ended, ResponseAudioDone) and ended.reason == "tts_unavailable"
     assert ended.error is not None and ended.error.retryable
+
+
+async def test_semantic_vad_ends_a_finished_question_on_the_turn_models_verdict():
+    """With the real Silero, Smart Turn and Whisper. Eagerness high waits 1 s of silence
+    when the model says "not yet"; the question is followed by only 0.8 s of silence, so
+    the turn can only have ended by the model's verdict (the silence rule is not used)."""
+    async with stack() as (_, _, client):
+        await client.update_session(
+            turn_detection=TurnDetection(
+                conversation_id=conv(), stream_id="mic", type="semantic_vad", eagerness="high"
+            ),
+        )
+        speech = np.concatenate([quiet_room(0.5), spoken("What is the capital of France?")])
+        await client.append_audio("mic", pcm16(speech))
+        silence = pcm16(quiet_room(0.8))
+        for offset in range(0, len(silence), 1024):  # as a microphone: 32 ms every 32 ms
+            await client.append_audio("mic", silence[offset : offset + 1024])
+            await asyncio.sleep(0.032)
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        accepted = await client.next_event()
+        assert isinstance(accepted, TurnAccepted)
+        events = [e async for e in client.events(accepted.turn_id)]
+    stopped = events[0]
+    assert isinstance(stopped, InputSpeechStopped) and stopped.turn_id == accepted.turn_id
+    transcript = next(e for e in events if isinstance(e, InputTranscript))
+    assert {"capital", "france"} <= set(words(transcript.text))
+    assert isinstance(events[-1], ResponseDone) and events[-1].finish_reason == FinishReason.STOP

@@ -275,7 +275,7 @@ class InferenceService:
                 attempt=progress.attempt,
             ),
         )
-        speech = self._speech_feed(turn, progress)
+        speech = self._speech_feed(turn, progress, assembled.language)
         guard = self._guard(turn, progress, channel, speech)
         generation = asyncio.create_task(
             self._generate(
@@ -311,8 +311,11 @@ class InferenceService:
             speech=speech,
         )
 
-    def _speech_feed(self, turn: TurnSubmitted, progress: TurnProgress) -> SpeechFeed | None:
-        """The feed that speaks this answer as it is shown (None: text only)."""
+    def _speech_feed(
+        self, turn: TurnSubmitted, progress: TurnProgress, language: str = ""
+    ) -> SpeechFeed | None:
+        """The feed that speaks this answer as it is shown (None: text only), in a voice
+        that speaks the user's `language` (ISO 639-1; "": the turn's voice as it is)."""
         if turn.speech is None or not self.config.speech_topic:
             return None
 
@@ -328,6 +331,7 @@ class InferenceService:
             segments=self.config.segments,
             send=send,
             clock_ms=self.clock_ms,
+            language=language,
         )
         return feed
 

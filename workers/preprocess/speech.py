@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 from dataclasses import dataclass
+from pathlib import Path
 
 from schemas.events import MediaRef
 from workers.preprocess.asr import WhisperTranscriber
@@ -29,9 +30,21 @@ class SpeechPipeline:
 
     @classmethod
     def load(
-        cls, *, max_seconds: float, max_bytes: int, asr_threads: int, short_window: bool = True
+        cls,
+        *,
+        max_seconds: float,
+        max_bytes: int,
+        asr_threads: int,
+        short_window: bool = True,
+        model_path: Path | None = None,
     ) -> SpeechPipeline:
-        asr = WhisperTranscriber(cpu_threads=asr_threads, short_window=short_window)
+        """`model_path` None: tiny.en (English); a multilingual folder detects the language."""
+        asr = WhisperTranscriber(
+            model_path,
+            cpu_threads=asr_threads,
+            short_window=short_window,
+            language="en" if model_path is None else None,
+        )
         return cls(SileroVad(), asr, max_seconds, max_bytes)
 
     def warm(self) -> None:
@@ -45,13 +58,14 @@ class SpeechPipeline:
         else:
             audio = decode_audio(data, max_seconds=self.max_seconds, max_bytes=self.max_bytes)
         segments = require_speech(self.vad.speech_segments(audio))
-        transcript = self.asr.transcribe(audio, segments)
+        transcript = self.asr.transcribe(audio, segments, language=ref.language or None)
         if not transcript.text.strip():
             raise NoSpeech("speech was detected but no words were recognised")
         return HeardSpeech(
             text=transcript.text,
             segments=list(transcript.segments),
             audio_s=transcript.audio_seconds,
+            language=transcript.language,
         )
 
 
@@ -74,6 +88,7 @@ class SpeechPool:
         max_bytes: int,
         asr_threads: int,
         short_window: bool = True,
+        model_path: Path | None = None,
     ) -> SpeechPool:
         return cls(
             [
@@ -82,6 +97,7 @@ class SpeechPool:
                     max_bytes=max_bytes,
                     asr_threads=asr_threads,
                     short_window=short_window,
+                    model_path=model_path,
                 )
                 for _ in range(max(1, workers))
             ]

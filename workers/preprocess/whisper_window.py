@@ -79,14 +79,21 @@ def degenerate(segments: list[WindowSegment]) -> bool:
 
 def transcribe_window(
     model: WhisperModel, audio: np.ndarray, window_s: int, language: str | None
-) -> list[WindowSegment]:
-    """Greedy timestamped decode of `audio` (float32 16 kHz) padded to `window_s`."""
+) -> tuple[list[WindowSegment], str]:
+    """Greedy timestamped decode of `audio` (float32 16 kHz) padded to `window_s`, and the
+    language it was decoded as: `language`, or (None, a multilingual model) the one the
+    model detects from the same encoder pass."""
     from faster_whisper.audio import pad_or_trim
     from faster_whisper.tokenizer import Tokenizer
 
     features = pad_or_trim(model.feature_extractor(audio), window_s * FRAMES_PER_S)
     encoded = model.encode(features)
     multilingual = model.model.is_multilingual
+    if not multilingual:
+        language = "en"
+    elif language is None:
+        [ranked] = model.model.detect_language(encoded)
+        language = ranked[0][0].strip("<|>")
     tokenizer = Tokenizer(
         model.hf_tokenizer,
         multilingual,
@@ -103,10 +110,11 @@ def transcribe_window(
         suppress_tokens=[-1],
         max_initial_timestamp_index=50,
     )
-    return segments_from_tokens(
+    segments = segments_from_tokens(
         result.sequences_ids[0],
         timestamp_begin=tokenizer.timestamp_begin,
         eot=tokenizer.eot,
         decode=lambda ids: tokenizer.decode(ids).strip(),
         end_s=len(audio) / 16_000,
     )
+    return segments, language

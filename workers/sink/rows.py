@@ -97,6 +97,7 @@ def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = No
         prices=prices,
         screening=event.screening,
         route=event.route,
+        language=event.language,
     ).values()
 
 

@@ -102,7 +102,7 @@ class TtsService:
         started = self.clock_ms()
         error: ErrorInfo | None = None
         try:
-            voice = self.voices.get(piece.voice)
+            voice = self.voices.speaking(piece.voice, piece.language)
             rate = voice.sample_rate
             if piece.text.strip():
                 async with self._slots:

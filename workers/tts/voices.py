@@ -274,6 +274,7 @@ class EspeakSpeaker:
         binary: str = "espeak-ng",
         timeout_s: float = ESPEAK_TIMEOUT_S,
         max_chars: int = MAX_TEXT_CHARS,
+        romanize: Callable[[str], str] | None = None,
     ) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_+./-]*", voice):
             raise ValueError(f"invalid espeak-ng voice name {voice!r}")
@@ -284,6 +285,7 @@ class EspeakSpeaker:
         self.binary = binary
         self.timeout_s = timeout_s
         self.max_chars = max_chars
+        self.romanize = romanize  # text → what this voice reads (Chinese: pinyin)
 
     def load(self) -> None:
         """Check the binary is there (nothing to load: each call starts a process)."""
@@ -303,6 +305,8 @@ class EspeakSpeaker:
 
     def synthesize(self, text: str) -> Audio:
         text = prepare_text(text, self.max_chars)
+        if text and self.romanize is not None:
+            text = self.romanize(text)
         if not text:
             return Audio(b"", self.sample_rate)
         try:
@@ -358,6 +362,32 @@ def _espeak() -> Voice:
 
 VOICES: Mapping[str, Callable[[], Voice]] = MappingProxyType({"joe": _joe, "espeak": _espeak})
 DEFAULT_VOICE = "joe"
+VOICE_LANGUAGES: Mapping[str, str] = MappingProxyType({"joe": "en", "espeak": "en"})
+
+# The espeak-ng voice of each language Whisper can name (ISO 639-1): an answer in a language
+# the chosen voice does not speak is spoken by it instead (robotic, but in the right
+# language). Chinese goes through pinyin (`workers.tts.pinyin`).
+ESPEAK_LANGUAGES: Mapping[str, str] = MappingProxyType(
+    {
+        "en": "en-us", "es": "es", "fr": "fr", "de": "de", "it": "it", "pt": "pt",
+        "nl": "nl", "pl": "pl", "ru": "ru", "tr": "tr", "sv": "sv", "da": "da", "fi": "fi",
+        "no": "nb", "cs": "cs", "el": "el", "hu": "hu", "ro": "ro", "uk": "uk", "ja": "ja",
+        "ko": "ko", "hi": "hi", "ar": "ar", "vi": "vi", "id": "id", "zh": "cmn-latn-pinyin",
+    }
+)  # fmt: skip
+
+
+def espeak_for(language: str) -> Voice | None:
+    """An espeak-ng voice speaking `language`, or None when espeak-ng has none for it."""
+    voice = ESPEAK_LANGUAGES.get(language)
+    if voice is None:
+        return None
+    romanize = None
+    if language == "zh":
+        from workers.tts.pinyin import hanzi_to_pinyin
+
+        romanize = hanzi_to_pinyin
+    return EspeakSpeaker(voice, name=f"espeak-{language}", romanize=romanize)
 
 
 class VoiceBook:
@@ -389,6 +419,23 @@ class VoiceBook:
                     )
                 voice = self._voices[key] = factory()
             return voice
+
+    def speaking(self, name: str, language: str) -> Voice:
+        """The voice `name`, or when it does not speak `language` (ISO 639-1; "" unknown) an
+        espeak-ng voice that does; with none for it, `name` reads it as best it can."""
+        spoken = VOICE_LANGUAGES.get(name.strip().lower())
+        if not language or spoken is None or spoken == language:
+            return self.get(name)
+        key = f"espeak-{language}"
+        with self._lock:
+            voice = self._voices.get(key)
+            if voice is None:
+                voice = espeak_for(language)
+                if voice is None:
+                    voice = None
+                else:
+                    self._voices[key] = voice
+        return voice if voice is not None else self.get(name)
 
     def preload(self, names: Iterable[str] | None = None) -> None:
         """Build the voices `names` (all when None) and load their models now, so the first

@@ -295,6 +295,13 @@ class VoiceTurns:
         self._audio.append(detection.stream_id, base64.b64encode(pcm).decode())
         msg = CreateTurn(
             conversation_id=detection.conversation_id,
-            parts=[AudioPart(stream_id=detection.stream_id, format="pcm16", sample_rate=16000)],
+            parts=[
+                AudioPart(
+                    stream_id=detection.stream_id,
+                    format="pcm16",
+                    sample_rate=16000,
+                    language=detection.language,
+                )
+            ],
         )
         return self._create_turn(self.principal, msg)

@@ -152,3 +152,25 @@ def test_transcript_is_relayed_once_the_turn_is_accepted():
     assert session.relay(heard) == []  # held until turn.accepted
     _accepted, transcript = session.submit_succeeded(turn_id)
     assert transcript == Send(InputTranscript(turn_id, "hello there", segments, 2.0))
+
+
+def test_an_audio_parts_language_hint_rides_on_its_reference():
+    session = authed()
+    append(session, "mic", b"\x01\x00" * 10)
+    [submit] = create(session, parts=[{"type": "audio", "stream_id": "mic", "language": "zh"}])
+    assert submit.turn.media[0].language == "zh"
+    [submit] = create(authed(), parts=[{"type": "audio", "data": b64(b"RIFFxxxx")}])
+    assert submit.turn.media[0].language == ""  # no hint: the ASR detects it
+    for bad in ("Chinese", "ZH", "z"):
+        part = {"type": "audio", "data": b64(b"RIFFxxxx"), "language": bad}
+        assert only_error(create(authed(), parts=[part])).code == "invalid_message"
+
+
+def test_the_heard_language_reaches_the_client_with_the_transcript():
+    session = authed()
+    [submit] = create(session, parts=[{"type": "audio", "data": b64(b"RIFFxxxx")}])
+    turn_id = submit.turn.turn_id
+    heard = InputTranscribed(turn_id=turn_id, text="hola", segments=[], audio_s=1.0, language="es")
+    session.relay(heard)
+    _accepted, transcript = session.submit_succeeded(turn_id)
+    assert transcript.event.language == "es"

@@ -1126,3 +1126,12 @@ def test_a_verdict_for_another_stream_or_after_detection_off_is_ignored():
     assert session.turn_verdict("other", check.pause_id, 0.99) == []
     update(session, turn_detection=None)
     assert session.turn_verdict("mic", check.pause_id, 0.99) == []
+
+
+def test_the_voice_loops_language_hint_rides_on_each_utterance():
+    session, _ = make()
+    update(session, turn_detection={**DETECTION, "language": "es"})
+    mic = Mic(session)
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [submit] = mic.say([0.0])
+    assert submit.turn.media[0].language == "es"

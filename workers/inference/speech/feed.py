@@ -27,9 +27,11 @@ class SpeechFeed:
         segments: SegmenterConfig,
         send: Callable[[SpeechText], Awaitable[None]],
         clock_ms: Callable[[], float],
+        language: str = "",
     ) -> None:
         self._turn = turn
         self._voice = speech.voice
+        self._language = language
         self._attempt = attempt
         self._segmenter = TextSegmenter(segments)
         self._send = send
@@ -79,6 +81,7 @@ class SpeechFeed:
             edge_id=turn.edge_id,
             attempt=self._attempt,
             voice=self._voice,
+            language=self._language,
             index=index,
             text=segment.text if segment is not None else "",
             char_start=segment.char_start if segment is not None else self._sent_to,

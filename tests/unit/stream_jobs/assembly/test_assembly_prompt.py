@@ -93,3 +93,12 @@ def test_a_carried_history_is_counted_and_windowed_like_the_stored_one():
     assert with_instructions("Be kind.", "Be brief.") == "Be kind.\n\nBe brief."
     assert with_instructions("", "Be brief.") == "Be brief."
     assert with_instructions("Be kind.", "") == "Be kind."
+
+
+def test_a_spoken_language_other_than_english_is_named_in_the_system_message():
+    messages, _ = build(1000, persona="Be brief.", language="es")
+    assert messages[0].role == Role.SYSTEM
+    assert messages[0].content == "Be brief.\n\nThe user is speaking Spanish. Answer in Spanish."
+    for quiet in ("en", "", "xx"):  # English, unknown, or a code we cannot name: nothing said
+        messages, _ = build(1000, persona="Be brief.", language=quiet)
+        assert messages[0].content == "Be brief."

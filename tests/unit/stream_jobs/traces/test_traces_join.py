@@ -162,3 +162,17 @@ def test_the_trace_leaves_out_the_verdicts_the_completion_carried():
     trace = on_event(pending, completed("t8", output_safety=checked, verdicts=[verdict]))
     assert trace is not None and trace.completed is not None
     assert trace.completed.verdicts == [] and trace.completed.output_safety == checked
+
+
+def test_the_spoken_language_joins_the_trace_and_its_row():
+    from schemas.traces import build_trace
+
+    pending = PendingTrace()
+    on_event(pending, enriched("t9", language="es"))
+    trace = on_event(pending, completed("t9"))
+    assert trace is not None and trace.language == "es"
+    row = build_trace(trace.submitted, completed=trace.completed, language=trace.language)
+    assert row.language == "es"
+    typed = PendingTrace()
+    on_event(typed, submitted("t10"))
+    assert on_event(typed, completed("t10")).language == ""

@@ -294,3 +294,30 @@ def test_whisper_understands_joe(book: VoiceBook) -> None:
         clip, [SpeechSegment(0.0, len(clip) / SAMPLE_RATE)]
     )
     assert {"capital", "france", "paris"} <= set(words(transcript.text))
+
+
+# --- a voice for the user's language ------------------------------------------------------------
+def test_a_voice_that_speaks_the_language_is_kept(book: VoiceBook) -> None:
+    for language in ("en", ""):  # English, or not known: the chosen voice
+        assert book.speaking("joe", language) is book.get("joe")
+        assert book.speaking("espeak", language) is book.get("espeak")
+
+
+def test_another_language_gets_an_espeak_voice_of_it_built_once(book: VoiceBook) -> None:
+    spanish = book.speaking("joe", "es")
+    assert isinstance(spanish, EspeakSpeaker) and spanish.voice == "es"
+    assert book.speaking("espeak", "es") is spanish  # one per language, shared
+    assert spanish.synthesize("¿Dónde está la estación?").sample_rate == 22_050  # as joe's
+    assert peak(spanish.synthesize("¿Dónde está la estación?")) > 1000
+
+
+def test_chinese_is_read_through_pinyin(book: VoiceBook) -> None:
+    chinese = book.speaking("joe", "zh")
+    assert isinstance(chinese, EspeakSpeaker) and chinese.voice == "cmn-latn-pinyin"
+    assert chinese.romanize is not None and chinese.romanize("你好") == "ni3 hao3"
+    heard = chinese.synthesize("你好，世界。")  # noqa: RUF001
+    assert peak(heard) > 1000 and heard.duration_ms > 300
+
+
+def test_a_language_espeak_cannot_speak_stays_with_the_chosen_voice(book: VoiceBook) -> None:
+    assert book.speaking("joe", "xx") is book.get("joe")
