@@ -72,7 +72,12 @@ CONFIGS = {
     "after": {"turn_detection": "semantic_vad", "asr_short_window": True},
 }
 QUESTION = "What is the capital of France?"
-LONG = " ".join(f"Tell me about city number {i}." for i in range(20))
+# A long answer to barge in on (the fake engine echoes the question). Not "Tell me about
+# city number N" (until 2026-12-06): the input screen refuses that as a search for someone's
+# personal information (a false positive), and a refused turn has nothing to interrupt.
+LONG = " ".join(
+    f"Part {i} of a long story about a lighthouse keeper and the sea." for i in range(12)
+)
 CHUNK_MS = 20
 HOPS = ("endpointing", "asr", "prompt", "first_token", "first_audio")
 
@@ -202,11 +207,13 @@ def summary(results: dict[str, dict]) -> list[dict]:
             row[f"{hop}_hop_p50_ms"] = percentile(gaps, 50)
             previous = at
         row["audio_vs_text"] = row["first_audio_p50_ms"] / row["first_token_p50_ms"]
-        b = r["barge_ins"]
+        b = [x for x in r["barge_ins"] if "audio_stopped_ms" in x]
+        row["barge_ins_without_audio"] = len(r["barge_ins"]) - len(b)  # nothing to interrupt
         row["barge_audio_p50_ms"] = percentile([x["audio_stopped_ms"] for x in b], 50)
         row["barge_audio_p99_ms"] = percentile([x["audio_stopped_ms"] for x in b], 99)
-        row["barge_generation_p50_ms"] = percentile([x["generation_stopped_ms"] for x in b], 50)
-        row["barge_generation_p99_ms"] = percentile([x["generation_stopped_ms"] for x in b], 99)
+        stopped = [x["generation_stopped_ms"] for x in b if "generation_stopped_ms" in x]
+        row["barge_generation_p50_ms"] = percentile(stopped, 50)
+        row["barge_generation_p99_ms"] = percentile(stopped, 99)
         row["audio_frames_in_flight"] = sum(x["in_flight"] for x in b)
         row["audio_frames_after_done"] = sum(x["audio_after_done"] for x in b)
         rows.append(row)

@@ -36,6 +36,7 @@ from schemas.events import (
     AnyEvent,
     DecodingParams,
     ErrorInfo,
+    FinishReason,
     ImageGenerated,
     ImageProgress,
     InputTranscribed,
@@ -385,8 +386,19 @@ class Session(VoiceTurns):
                             offset=offset,
                         )
                     ),
+                    *self._nothing_to_speak(route, event),
                 ]
         return []
+
+    def _nothing_to_speak(self, route: Route, event: TurnCompleted) -> list[Action]:
+        """An answer that ended with no text (refused by the input screen, failed before
+        an engine ran, or empty) has no speech coming: end it now, not after the speech
+        deadline (before, a blocked spoken turn kept its client waiting 30 s)."""
+        if event.text or not route.speech or route.audio_done or route.interrupted:
+            return []
+        finish = event.finish_reason
+        reason = "completed" if finish in (FinishReason.STOP, FinishReason.LENGTH) else str(finish)
+        return self._end_audio(route, event.turn_id, reason, event.error)
 
     @staticmethod
     def _image_progress(route: Route, event: ImageProgress) -> list[Action]:

@@ -1135,3 +1135,25 @@ def test_the_voice_loops_language_hint_rides_on_each_utterance():
     mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
     [submit] = mic.say([0.0])
     assert submit.turn.media[0].language == "es"
+
+
+def test_a_spoken_turn_that_ends_without_text_ends_its_speech_at_once():
+    """Refused by the input screen: no engine ran, no speech will come; the client hears so
+    with the end of the text, not after the speech deadline."""
+    session, _ = make()
+    turn_id = spoken_turn(session)
+    refusal = ErrorInfo("input_blocked", "I can't help with that.", retryable=False)
+    actions = session.relay(
+        completed(turn_id, conversation_id="c1", text="", finish_reason="safety", error=refusal)
+    )
+    assert actions[-1] == Send(ResponseAudioDone(turn_id, "safety", refusal))
+    assert isinstance(actions[-2].event, ResponseDone)
+    assert session.open_turns == [] and not session.awaits_audio(turn_id)
+
+
+def test_a_spoken_turn_with_text_still_waits_for_its_speech():
+    session, _ = make()
+    turn_id = spoken_turn(session)
+    [done] = session.relay(completed(turn_id, conversation_id="c1", text=ANSWER))
+    assert isinstance(done.event, ResponseDone)
+    assert session.awaits_audio(turn_id)
