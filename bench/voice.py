@@ -24,8 +24,8 @@ after `response.audio.done` (must be 0).
     python -m bench.voice --turns 20 --configs after --voices espeak
 
 Setups (`--configs`), in the same run: *before* is the silence rule (`server_vad`) and
-Whisper's fixed 30 s window, as until 2026-12-06; *after* is the audio turn model
-(`semantic_vad`, eagerness auto) and a window sized to the speech.
+Whisper's fixed 30 s window, as until 2026-12-06; *window* changes only the window (sized to
+the speech); *after* adds the audio turn model (`semantic_vad`, eagerness auto).
 
 Prints a table; writes bench/results/voice.{json,png} and bench/figures/voice.png.
 """
@@ -69,6 +69,7 @@ VOICES = ("joe", "espeak")
 # "before" is the stack as it was until 2026-12-06 (the baseline, in the same run).
 CONFIGS = {
     "before": {"turn_detection": "server_vad", "asr_short_window": False},
+    "window": {"turn_detection": "server_vad", "asr_short_window": True},  # one change alone
     "after": {"turn_detection": "semantic_vad", "asr_short_window": True},
 }
 QUESTION = "What is the capital of France?"
@@ -301,7 +302,8 @@ def main() -> None:
         nargs="+",
         default=list(CONFIGS),
         choices=list(CONFIGS),
-        help="before: server_vad + Whisper's 30 s window; after: semantic_vad + a short window",
+        help="before: server_vad + Whisper's 30 s window; window: server_vad + a window sized "
+        "to the speech; after: semantic_vad + that window",
     )
     parser.add_argument(
         "--silence-ms", type=float, default=500.0, help="the VAD's end-of-speech silence"
