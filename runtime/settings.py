@@ -190,7 +190,7 @@ class Settings:
         "TURNSTREAM_ASR_SHORT_WINDOW",
         True,
         "Whisper reads speech under ~18 s in a 10 or 20 s window instead of its fixed 30 s "
-        "(~3.7x less CPU for a spoken question, same words); false: always 30 s.",
+        "(~2.7x less CPU for a spoken question, same words); false: always 30 s.",
     )
     image_size: int = _var(
         "TURNSTREAM_IMAGE_SIZE", 336, "Side of the square the vision model reads (pixels)."

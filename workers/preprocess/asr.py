@@ -8,7 +8,7 @@ each pass pays for a whole encoder window: N short segments would cost N encoder
 while the joined speech of a chat turn fits one window; each piece also keeps its neighbours
 as context. Skipping the silence avoids Whisper's habit of hallucinating text in long
 silences. Speech that fits 10 or 20 s is read in that window rather than Whisper's fixed
-30 s (`whisper_window`: 252 vs 615 ms of CPU for a spoken question with tiny.en).
+30 s (`whisper_window`: 233 vs 626 ms of CPU for a spoken question with tiny.en).
 """
 
 from __future__ import annotations

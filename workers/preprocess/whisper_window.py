@@ -20,6 +20,7 @@ import numpy as np
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
 
+SAMPLE_RATE = 16_000
 FRAMES_PER_S = 100  # Whisper's features: one frame every 10 ms
 WINDOWS_S = (10, 20)  # the short windows, smallest first
 MARGIN_S = 1.5  # speech must leave this much of a window free (Whisper likes a quiet tail)
@@ -86,7 +87,11 @@ def transcribe_window(
     from faster_whisper.audio import pad_or_trim
     from faster_whisper.tokenizer import Tokenizer
 
-    features = pad_or_trim(model.feature_extractor(audio), window_s * FRAMES_PER_S)
+    # pad the sound, not the features: silence after the speech, as Whisper was trained on
+    # (zero-valued features are not silence; with them a 10 s window misheard "capital of
+    # France" as "capital on France", tests/integration/test_http_door.py)
+    padded = np.pad(audio, (0, max(0, window_s * SAMPLE_RATE - len(audio))))
+    features = pad_or_trim(model.feature_extractor(padded), window_s * FRAMES_PER_S)
     encoded = model.encode(features)
     multilingual = model.model.is_multilingual
     if not multilingual:
@@ -115,6 +120,6 @@ def transcribe_window(
         timestamp_begin=tokenizer.timestamp_begin,
         eot=tokenizer.eot,
         decode=lambda ids: tokenizer.decode(ids).strip(),
-        end_s=len(audio) / 16_000,
+        end_s=len(audio) / SAMPLE_RATE,
     )
     return segments, language
