@@ -1010,9 +1010,10 @@ def check_dockerfile(text: str) -> list[str]:
     for step, why in (
         (r"python -m moderation\.categories\.train", "the category heads are not trained"),
         (r"nudenet==", "the image detector's weights are not installed"),
+        (r"pipecat-ai==", "the voice loop's audio turn model is not installed"),
     ):
         if not re.search(step, text):
-            problems.append(f"Dockerfile: {why} (infra/setup.sh does both)")
+            problems.append(f"Dockerfile: {why} (infra/setup.sh does it)")
     if not re.search(r"pip install .*-e \"\.\[", text):
         problems.append("Dockerfile: the package is not pip install -e'd")
     for block in re.findall(r"^ENV ((?:.*\\\n)*.*)$", text, re.M):
