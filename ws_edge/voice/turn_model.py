@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -79,11 +80,13 @@ class TurnJudge:
         self._max_waiting = max_waiting
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="turn-model")
         self._model: TurnModel | None = None
+        self._loading = threading.Lock()
         self._waiting = 0
 
     def _probability(self, pcm: bytes) -> float:
-        if self._model is None:
-            self._model = TurnModel()  # ~0.2 s, once, in the pool's thread
+        with self._loading:  # several threads: the model is built once
+            if self._model is None:
+                self._model = TurnModel()  # ~0.2 s, once, in the pool's thread
         return self._model.probability(pcm)
 
     async def probability(self, pcm: bytes) -> float | None:
