@@ -28,10 +28,9 @@ import numpy as np
 
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from harness.media import quiet_room
+from harness.media import quiet_room, voiced
 from runtime.settings import Settings
 from workers.preprocess.asr import WhisperTranscriber
-from workers.preprocess.audio_decode import decode_pcm16
 from workers.preprocess.vad import SpeechSegment
 from workers.preprocess.whisper_models import base_path
 from workers.tts.voices import VOICES, Voice, espeak_for
@@ -71,8 +70,7 @@ def clips() -> list[tuple[str, str, str, np.ndarray]]:
             voices.append(("joe", joe))
         for name, voice in voices:
             assert voice is not None
-            audio = voice.synthesize(row["complete"])
-            speech = decode_pcm16(audio.pcm, audio.sample_rate, max_seconds=30, max_bytes=10**7)
+            speech = voiced(voice, row["complete"])
             clip = np.concatenate([quiet_room(0.2), speech, quiet_room(0.3)])
             out.append((row["lang"], name, row["complete"], clip))
     return out

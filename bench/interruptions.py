@@ -26,8 +26,7 @@ import numpy as np
 
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from harness.media import pcm16, quiet_room
-from workers.preprocess.audio_decode import decode_pcm16
+from harness.media import pcm16, quiet_room, voiced
 from workers.tts.voices import VOICES, Voice, espeak_for
 from ws_edge.voice.loop import FRAME_BYTES, BargeIn, SpeechEnded, VadRules, VoiceLoop
 from ws_edge.voice.speech_detector import SpeechDetector
@@ -41,9 +40,7 @@ def progress(text: str) -> None:
 
 
 def clip(voice: Voice, text: str) -> bytes:
-    audio = voice.synthesize(text)
-    speech = decode_pcm16(audio.pcm, audio.sample_rate, max_seconds=30, max_bytes=10**7)
-    return pcm16(np.concatenate([quiet_room(0.3), speech, quiet_room(1.5)]))
+    return pcm16(np.concatenate([quiet_room(0.3), voiced(voice, text), quiet_room(1.5)]))
 
 
 def outcome(pcm: bytes, rules: VadRules) -> dict:

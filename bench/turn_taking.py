@@ -36,8 +36,7 @@ import numpy as np
 
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from harness.media import pcm16, quiet_room
-from workers.preprocess.audio_decode import decode_pcm16
+from harness.media import pcm16, quiet_room, voiced
 from workers.tts.voices import VOICES, EspeakSpeaker, Voice
 from ws_edge.voice.loop import (
     EAGERNESS,
@@ -81,8 +80,7 @@ class Clip:
 
 def speech(voice: Voice, text: str) -> np.ndarray:
     """The voice saying `text`, 16 kHz float32, without the silence it trails."""
-    audio = voice.synthesize(text)
-    x = decode_pcm16(audio.pcm, audio.sample_rate, max_seconds=60, max_bytes=10**8)
+    x = voiced(voice, text)
     loud = np.nonzero(np.abs(x) > 0.01)[0]
     return x[: loud[-1] + 1] if len(loud) else x
 

@@ -9,6 +9,7 @@ import struct
 import subprocess
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import av
 import matplotlib
@@ -17,6 +18,9 @@ import pytest
 from PIL import Image
 
 from workers.preprocess import audio_decode
+
+if TYPE_CHECKING:
+    from workers.tts.voices import Voice
 
 RATE = 16_000
 
@@ -39,6 +43,15 @@ def spoken(text: str, *, trim: bool = False) -> np.ndarray:
         loud = np.flatnonzero(np.abs(x) > 0.01)
         x = x[loud[0] : loud[-1] + 1]
     return x
+
+
+def voiced(voice: Voice, text: str) -> np.ndarray:
+    """A TTS voice (piper's joe, espeak-ng in any language) saying `text`, as float32 mono
+    16 kHz: speech in the languages and voices `spoken` (English espeak-ng) does not cover."""
+    audio = voice.synthesize(text)
+    return audio_decode.decode_pcm16(
+        audio.pcm, audio.sample_rate, max_seconds=60, max_bytes=100_000_000
+    )
 
 
 def quiet_room(seconds: float, seed: int = 7) -> np.ndarray:

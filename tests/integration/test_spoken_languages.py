@@ -15,7 +15,7 @@ import pytest
 
 from harness.factories import new_conversation_id as conv
 from harness.kafka import assembled_prompt
-from harness.media import quiet_room, wav16, words
+from harness.media import quiet_room, voiced, wav16, words
 from harness.stack import pipeline
 from runtime.settings import Settings
 from workers.inference.engines.fake_engine import FakeEngine
@@ -55,9 +55,7 @@ def question(language: str, text: str) -> bytes:
     """A WAV of espeak-ng saying `text` in `language`."""
     voice = espeak_for(language)
     assert voice is not None
-    audio = voice.synthesize(text)
-    speech = decode_pcm16(audio.pcm, audio.sample_rate, max_seconds=30, max_bytes=10**7)
-    return wav16(np.concatenate([quiet_room(0.2), speech, quiet_room(0.3)]))
+    return wav16(np.concatenate([quiet_room(0.2), voiced(voice, text), quiet_room(0.3)]))
 
 
 async def ask(client: EdgeClient, part) -> tuple[str, list]:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.media import quiet_room, words
+from harness.media import quiet_room, voiced, words
 from workers.preprocess import whisper_models
 from workers.preprocess.asr import WhisperTranscriber
-from workers.preprocess.audio_decode import decode_pcm16
 from workers.preprocess.errors import SpeechModelMissing
 from workers.preprocess.vad import SpeechSegment
 from workers.preprocess.whisper_models import base_path
@@ -52,9 +51,7 @@ def multilingual(base_dir):
 def said(language: str, text: str) -> np.ndarray:
     voice = espeak_for(language)
     assert voice is not None
-    audio = voice.synthesize(text)
-    speech = decode_pcm16(audio.pcm, audio.sample_rate, max_seconds=30, max_bytes=10**7)
-    return np.concatenate([quiet_room(0.2), speech, quiet_room(0.3)])
+    return np.concatenate([quiet_room(0.2), voiced(voice, text), quiet_room(0.3)])
 
 
 def heard(transcriber: WhisperTranscriber, clip: np.ndarray, language: str | None = None):

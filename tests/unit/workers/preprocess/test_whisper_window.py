@@ -9,10 +9,9 @@ import re
 import numpy as np
 import pytest
 
-from harness.media import quiet_room
+from harness.media import quiet_room, voiced
 from workers.preprocess import asr as asr_module
 from workers.preprocess.asr import WhisperTranscriber
-from workers.preprocess.audio_decode import decode_pcm16
 from workers.preprocess.vad import SpeechSegment
 from workers.preprocess.whisper_window import (
     WindowSegment,
@@ -107,11 +106,7 @@ def test_the_short_window_hears_as_well_as_the_30_s_window(voice, transcribers, 
     )
     short_errors = full_errors = total = 0
     for text in SENTENCES:
-        synthesized = speaker.synthesize(text)
-        speech = decode_pcm16(
-            synthesized.pcm, synthesized.sample_rate, max_seconds=30, max_bytes=10**7
-        )
-        clip = np.concatenate([quiet_room(0.2), speech, quiet_room(0.2)])
+        clip = np.concatenate([quiet_room(0.2), voiced(speaker, text), quiet_room(0.2)])
         segments = [SpeechSegment(0.0, len(clip) / 16_000)]
         heard = short.transcribe(clip, segments)
         assert all(0 <= s.start_s <= s.end_s <= len(clip) / 16_000 + 0.01 for s in heard.segments)
