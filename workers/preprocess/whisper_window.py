@@ -11,16 +11,16 @@ text), goes the 30 s way.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workers.preprocess.vad import SAMPLE_RATE
+
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
 
-SAMPLE_RATE = 16_000
 FRAMES_PER_S = 100  # Whisper's features: one frame every 10 ms
 WINDOWS_S = (10, 20)  # the short windows, smallest first
 MARGIN_S = 1.5  # speech must leave this much of a window free (Whisper likes a quiet tail)
@@ -74,8 +74,9 @@ def degenerate(segments: list[WindowSegment]) -> bool:
     text = " ".join(s.text.strip() for s in segments).strip()
     if not text:
         return True
-    data = text.encode("utf-8")
-    return len(data) / len(zlib.compress(data)) > MAX_COMPRESSION
+    from faster_whisper.transcribe import get_compression_ratio  # the 30 s path's own measure
+
+    return get_compression_ratio(text) > MAX_COMPRESSION
 
 
 def transcribe_window(
