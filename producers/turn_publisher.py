@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from producers.errors import ProducerError
+from runtime.cancelling import cancel_and_wait
 from runtime.kafka_metadata import named_topics_only
 from runtime.tracing.spans import producing
 from schemas.codec import encode
@@ -112,8 +113,6 @@ class TurnPublisher:
 
     async def stop(self) -> None:
         if self._connector is not None:
-            self._connector.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._connector
+            await cancel_and_wait([self._connector])
         if self._producer is not None:
             await self._producer.stop()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import uvloop
 
+from runtime.cancelling import cancel_and_wait
 from runtime.heap import HeapKeeper, HeapPolicy
 from runtime.service_process import start_process
 from ws_edge.server import EdgeServer
@@ -22,9 +22,7 @@ async def main() -> None:
     try:
         await stop.wait()
     finally:
-        heap.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await heap
+        await cancel_and_wait([heap])
         await edge.stop()
 
 

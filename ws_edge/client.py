@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from websockets.asyncio.client import ClientConnection, connect
 
+from runtime.cancelling import cancel_and_wait
 from schemas.events import FeedbackKind
 from schemas.turn_log import START, LogPosition
 from ws_edge.errors import EdgeError
@@ -134,9 +135,7 @@ class EdgeClient:
                     client.ready = event
                 yield client
             finally:
-                client._reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await client._reader
+                await cancel_and_wait([client._reader])
 
     async def send(self, message: ClientMessage) -> None:
         await self.websocket.send(encode_client(message))

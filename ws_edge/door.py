@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from producers.turn_publisher import PublishFailed
 from runtime import prometheus as prom
+from runtime.cancelling import cancel_and_wait
 from runtime.tracing import spans
 from runtime.tracing.propagation import from_http_headers, traceparent
 from schemas.canary import apply_arm
@@ -159,9 +160,7 @@ class TurnDoor:
             handle.cancel()
         for turn_id in list(self._turn_spans):
             self._end_turn_span(turn_id, delivery="disconnected")
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))
 
     # ---- actions ---------------------------------------------------------------------------
     def _apply(self, actions: list[Action]) -> None:

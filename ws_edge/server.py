@@ -13,7 +13,6 @@ door checks the turn is the user's, joins its watchers, and reads its log
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from urllib.parse import parse_qs, urlsplit
@@ -26,6 +25,7 @@ from websockets.exceptions import ConnectionClosed
 from producers.turn_publisher import TurnPublisher
 from runtime import prometheus as prom
 from runtime.blobs import blob_store
+from runtime.cancelling import cancel_and_wait
 from runtime.exposure import require_safe_exposure
 from runtime.instance_id import make_instance_id
 from runtime.redis import redis_client
@@ -191,9 +191,7 @@ class EdgeServer:
             self._server.close()
             await self._server.wait_closed()
         if self._relay_task is not None:
-            self._relay_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._relay_task
+            await cancel_and_wait([self._relay_task])
         await self.publisher.stop()
         await self.redis.aclose()
         self.turn_judge.close()
@@ -235,7 +233,7 @@ class _Connection(TurnDoor):
             self.outbox.closed = True
             writer.cancel()
             await self._teardown()
-            await asyncio.gather(writer, return_exceptions=True)
+            await cancel_and_wait([writer])
 
     def _deliver(self, event: ServerEvent) -> None:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
+from runtime.cancelling import cancel_and_wait
 from schemas.events import AnyEvent, TurnCompleted
 from schemas.turn_log import LogPosition
 from ws_edge.admission.admit import AdmissionControl
@@ -52,6 +53,4 @@ class UnattendedTurns:
         task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))

@@ -11,7 +11,6 @@ or hangs), and the run goes on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from producers.replay.plan import (
 from producers.replay.source import partitions_of
 from producers.turn_publisher import TurnPublisher
 from runtime.blobs import BlobStore, blob_store
+from runtime.cancelling import cancel_and_wait
 from runtime.kafka_ranges import stop_consumer
 from runtime.settings import Settings
 from schemas.channels import RedisNames
@@ -115,9 +115,7 @@ class Outcomes:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
         await stop_consumer(self._consumer)
 
     async def wait(self, turn_id: str, timeout_s: float) -> TurnCompleted:

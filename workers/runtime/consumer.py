@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -22,6 +21,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from redis.exceptions import RedisError
 
+from runtime.cancelling import cancel_and_wait
 from runtime.lag import aiokafka_lag
 from runtime.tracing.propagation import incoming_context
 from runtime.tracing.spans import consuming
@@ -101,9 +101,7 @@ class ConsumerLoop:
                 self._tasks[task] = tp
                 task.add_done_callback(self._forget_task)
         finally:
-            committer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await committer
+            await cancel_and_wait([committer])
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)

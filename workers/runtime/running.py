@@ -18,6 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
+from runtime.cancelling import cancel_and_wait
 from workers.runtime.relay import RelayPublisher
 
 log = logging.getLogger("turnstream.worker")
@@ -77,15 +78,12 @@ async def run_service(
     try:
         yield running
     finally:
-        consume.cancel()
-        await asyncio.gather(consume, return_exceptions=True)
+        await cancel_and_wait([consume])
         await loop.drain(timeout_s=running.drain_s)
         if relay is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(relay.flushed(), timeout=5.0)
-        for task in helpers:
-            task.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
+        await cancel_and_wait(helpers)
         if consumer is not None:
             await consumer.stop()
         if producer is not None:

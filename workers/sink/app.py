@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from runtime.cancelling import cancel_and_wait
 from runtime.clickhouse.client import DEFAULT_DATABASE, connect
 from runtime.clickhouse.migrate import migrate
 from runtime.instance_id import make_instance_id
@@ -150,9 +151,7 @@ async def run_sink(
             tasks.append(asyncio.create_task(sinks[name].run(), name=f"sink-{name}"))
         yield sinks
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         for consumer in consumers:
             await consumer.stop()
         await producer.stop()
