@@ -430,6 +430,13 @@ class Settings:
     history_max_messages: int = _var(
         "TURNSTREAM_HISTORY_MAX_MESSAGES", 20, "Messages of history kept per conversation."
     )
+    history_block: float = _var(
+        "TURNSTREAM_HISTORY_BLOCK",
+        0.25,
+        "Share of the history dropped at once when it is over a limit (stored messages, or "
+        "the prompt's token budget): the oldest turns go a block at a time so consecutive "
+        "prompts share their prefix in the engine's cache (0: one turn at a time).",
+    )
     history_ttl_s: int = _var(
         "TURNSTREAM_HISTORY_TTL_S",
         7 * 24 * 3600,

@@ -58,6 +58,7 @@ from stream_jobs.assembly.prompt import (
     Passage,
     assemble,
     carried_history,
+    history_block_tokens,
     with_image_placeholders,
     with_instructions,
 )
@@ -109,7 +110,9 @@ class AssemblyConfig:
             max_held=settings.max_queued_per_conversation,
             stale_after_ms=settings.stale_turn_s * 1000,
             idle_expiry_ms=settings.history_ttl_s * 1000,
-            history=HistoryLimits(settings.history_max_messages, settings.history_max_chars),
+            history=HistoryLimits(
+                settings.history_max_messages, settings.history_max_chars, settings.history_block
+            ),
             rag_top_k=settings.rag_top_k,
         )
 
@@ -280,6 +283,7 @@ class AssemblyJob:
             self._retrieve(turn.text) if intent.retrieval else _nothing(),
         )
         answer_room = min(submitted.decoding.max_tokens, self.config.max_model_len // 2)
+        budget_tokens = self.config.max_model_len - answer_room
         messages, context = assemble(
             # a canary arm's own persona, then the client's system message (HTTP door)
             persona=with_instructions(
@@ -289,9 +293,10 @@ class AssemblyJob:
             passages=passages,
             history=history,
             query=query,
-            budget_tokens=self.config.max_model_len - answer_room,
+            budget_tokens=budget_tokens,
             count_tokens=self.count_tokens,
             language=turn.language,
+            history_block_tokens=history_block_tokens(budget_tokens, self.config.history.block),
         )
         state.turns += 1
         if context.dropped_messages:

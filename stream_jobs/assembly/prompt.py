@@ -1,13 +1,18 @@
 """Building a turn's prompt, in the order the model reads it (pure).
 
 1. system: the persona, then what we know about the user, then retrieved passages;
-2. the history that fits: a sliding window over whole turns, newest kept, oldest dropped
-   first, so the prompt plus the answer's room fits the model's context;
+2. the history that fits, whole turns, oldest dropped first, so the prompt plus the answer's
+   room fits the model's context. Dropped in blocks (`history_block_tokens`), not one turn
+   per turn: a window that slid by a turn each turn changed the prompt right after the
+   system message every time, and the engine's prefix cache then held nothing of the
+   history for the next turn. Dropping a block's worth at once keeps the window's start
+   (and so the cached prefix) the same for the turns until the next block is due;
 3. the query: `<image_N>` placeholders for the turn's images, then the text.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -75,14 +80,16 @@ def assemble(
     budget_tokens: int,
     count_tokens: Callable[[str], int],
     language: str = "",
+    history_block_tokens: int = 0,
 ) -> tuple[list[Message], PromptContext]:
     """The prompt messages and how they were built. The system text and the query are always
-    kept (the engine refuses a prompt that still does not fit, with `context_overflow`)."""
+    kept (the engine refuses a prompt that still does not fit, with `context_overflow`).
+    `history_block_tokens`: history is dropped in multiples of it (0: a turn at a time)."""
     system = system_text(persona, profile, passages, language)
     used = count_tokens(query) + MESSAGE_OVERHEAD_TOKENS
     if system:
         used += count_tokens(system) + MESSAGE_OVERHEAD_TOKENS
-    kept = _window(history, budget_tokens - used)
+    kept = _window(history, budget_tokens - used, history_block_tokens)
     used += sum(m.tokens + MESSAGE_OVERHEAD_TOKENS for m in kept)
     messages = [Message(Role.SYSTEM, system)] if system else []
     messages += [Message(m.role, m.content) for m in kept]
@@ -97,18 +104,38 @@ def assemble(
     return messages, context
 
 
-def _window(history: Sequence[StoredMessage], room: int) -> list[StoredMessage]:
-    """The newest whole turns (a user message and the answers after it) that fit `room`."""
-    kept: list[StoredMessage] = []
-    turn: list[StoredMessage] = []
-    for message in reversed(history):
-        turn.insert(0, message)
-        if message.role != Role.USER:
-            continue
-        cost = sum(m.tokens + MESSAGE_OVERHEAD_TOKENS for m in turn)
-        if cost > room:
-            break
-        room -= cost
-        kept[:0] = turn
-        turn = []
-    return kept
+def history_block_tokens(budget_tokens: int, block: float) -> int:
+    """The block the prompt's history is dropped by: a share of the prompt's budget (the
+    context less the answer's room), the same for consecutive turns that ask for the same
+    answer length (a share of what the turn leaves for history would move with the query's
+    length and undo the point)."""
+    return int(budget_tokens * block)
+
+
+def _window(history: Sequence[StoredMessage], room: int, block_tokens: int) -> list[StoredMessage]:
+    """The newest whole turns (a user message and the answers after it) that fit `room`,
+    the oldest dropped in multiples of `block_tokens`: what must go is rounded up to a
+    block, so the start stays put while the history grows by less than a block. The
+    rounding is on the history's own length, not on the turn, so consecutive turns agree."""
+    turns = _turns(history)
+    costs = [sum(m.tokens + MESSAGE_OVERHEAD_TOKENS for m in turn) for turn in turns]
+    excess = sum(costs) - room
+    if excess <= 0:
+        return list(history)
+    target = math.ceil(excess / block_tokens) * block_tokens if block_tokens > 0 else excess
+    dropped = first = 0
+    while first < len(turns) and dropped < target:
+        dropped += costs[first]
+        first += 1
+    return [m for turn in turns[first:] for m in turn]
+
+
+def _turns(history: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+    """The history cut into turns: each user message with the answers after it (answers
+    before the first user message, if any, are a turn of their own)."""
+    turns: list[list[StoredMessage]] = []
+    for message in history:
+        if message.role == Role.USER or not turns:
+            turns.append([])
+        turns[-1].append(message)
+    return turns

@@ -78,6 +78,10 @@ def decode_state(raw: bytes | None) -> ConversationState:
 class HistoryLimits:
     max_messages: int = 40
     max_chars: int = 200_000  # keeps one changelog record well under Kafka's 1 MB
+    # over a limit, history is cut to (1 - block) of it: the oldest turns go a block at a
+    # time, so the history's start (the engine's cached prefix) moves every few turns, not
+    # every turn (0: one turn at a time)
+    block: float = 0.25
 
 
 @dataclass(slots=True)
@@ -152,7 +156,7 @@ def on_completed(
             state.messages.append(
                 StoredMessage(Role.ASSISTANT, text, count_tokens(text), completed.turn_id)
             )
-        _trim(state, limits)
+        trim_history(state, limits)
     return _release_next(state, now_ms)
 
 
@@ -222,12 +226,21 @@ def _remember(state: ConversationState, turn_id: str) -> None:
     del state.recent[:-RECENT_TURNS]
 
 
-def _trim(state: ConversationState, limits: HistoryLimits) -> None:
-    """Oldest messages go first; whole turns, so history never opens with an answer."""
-    while state.messages and (
-        len(state.messages) > limits.max_messages
-        or sum(len(m.content) for m in state.messages) > limits.max_chars
-    ):
+def trim_history(state: ConversationState, limits: HistoryLimits) -> None:
+    """Oldest messages go first; whole turns, so history never opens with an answer. Once
+    over a limit, down to `1 - limits.block` of it (a block of turns at once)."""
+    if not _over(state, limits.max_messages, limits.max_chars):
+        return
+    keep = 1.0 - limits.block
+    max_messages, max_chars = int(limits.max_messages * keep), int(limits.max_chars * keep)
+    while state.messages and _over(state, max_messages, max_chars):
         del state.messages[0]
         while state.messages and state.messages[0].role == Role.ASSISTANT:
             del state.messages[0]
+
+
+def _over(state: ConversationState, max_messages: int, max_chars: int) -> bool:
+    return (
+        len(state.messages) > max_messages
+        or sum(len(m.content) for m in state.messages) > max_chars
+    )

@@ -1,6 +1,9 @@
-"""Prompt assembly: order of the parts, sliding window over whole turns, placeholders."""
+"""Prompt assembly: order of the parts, the history window over whole turns (dropped in
+blocks so consecutive prompts share their prefix), placeholders."""
 
 from __future__ import annotations
+
+import itertools
 
 from schemas.events import Message as ChatMessage
 from schemas.events import Role
@@ -9,6 +12,7 @@ from stream_jobs.assembly.prompt import (
     Passage,
     assemble,
     carried_history,
+    history_block_tokens,
     with_image_placeholders,
     with_instructions,
 )
@@ -68,6 +72,45 @@ def test_the_oldest_whole_turns_go_first():
     assert context.dropped_messages == 2 and context.history_messages == 4
     messages, context = build(query + 2 * per_turn - 1)  # one token short of two turns
     assert [m.content for m in messages] == ["q three", "a three", "now"]
+
+
+def shared_prefix(a: list[ChatMessage], b: list[ChatMessage]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def conversation_prompts(turns: int, block_tokens: int) -> list[list[ChatMessage]]:
+    """The prompt of each turn of a conversation whose history outgrows the budget."""
+    history: list[StoredMessage] = []
+    prompts = []
+    for i in range(turns):
+        query = f"question {i} about something"
+        messages, _ = build(120, history=history, query=query, history_block_tokens=block_tokens)
+        prompts.append(messages)
+        history += turn(query, f"answer {i} with a few more words in it")
+    return prompts
+
+
+def test_history_is_dropped_in_blocks_so_consecutive_prompts_share_their_history():
+    blocked = conversation_prompts(30, block_tokens=60)  # ~3 turns
+    sliding = conversation_prompts(30, block_tokens=0)
+    # each prompt fits the budget either way
+    assert all(sum(words(m.content) + MESSAGE_OVERHEAD_TOKENS for m in p) <= 120 for p in blocked)
+    # the next prompt starts with all of this one's history, except where a block went
+    kept_whole = [shared_prefix(a, b) >= len(a) - 1 for a, b in itertools.pairwise(blocked)]
+    slid_whole = [shared_prefix(a, b) >= len(a) - 1 for a, b in itertools.pairwise(sliding)]
+    # before the budget is full (5 turns) both keep everything; after it a 3-turn block
+    # moves the start every third turn, the sliding window every turn
+    assert sum(kept_whole) == 5 + 15 and sum(slid_whole) == 5, (kept_whole, slid_whole)
+    # the window still holds at least the budget less a block
+    last = blocked[-1]
+    assert sum(words(m.content) + MESSAGE_OVERHEAD_TOKENS for m in last) > 120 - 60 - 21
+
+
+def test_a_block_is_a_share_of_the_budget():
+    assert history_block_tokens(1024, 0.25) == 256 and history_block_tokens(1024, 0) == 0
 
 
 def test_no_room_keeps_only_the_query():

@@ -110,6 +110,23 @@ def test_history_is_trimmed_by_whole_turns():
     assert [m.content for m in state.messages] == []  # one turn alone is over 5 chars
 
 
+def test_stored_history_is_trimmed_a_block_of_turns_at_a_time():
+    def firsts(block: float) -> list[str]:
+        """The first stored message after each of 9 turns."""
+        state, seen = ConversationState(), []
+        limits = HistoryLimits(max_messages=8, max_chars=10_000, block=block)
+        for i in range(9):
+            enrich(state, enriched(f"t{i}"))
+            complete(state, completed(f"t{i}", text=f"a{i}"), user_text=f"q{i}", limits=limits)
+            seen.append(state.messages[0].content)
+        assert len(state.messages) <= 8
+        return seen
+
+    # over 8 messages: down to 6 at once, so the start holds for the next turn
+    assert firsts(0.25) == ["q0", "q0", "q0", "q0", "q2", "q2", "q4", "q4", "q6"]
+    assert firsts(0.0) == ["q0", "q0", "q0", "q0", "q1", "q2", "q3", "q4", "q5"]
+
+
 def test_state_round_trips_through_the_changelog_encoding():
     state = ConversationState()
     image = ImageInput(sha256="ab", tensor_key="px:ab", width=1, height=2, num_patches=576)
