@@ -430,6 +430,13 @@ class Settings:
     history_max_messages: int = _var(
         "TURNSTREAM_HISTORY_MAX_MESSAGES", 20, "Messages of history kept per conversation."
     )
+    prefix_cache_per_tenant: bool = _var(
+        "TURNSTREAM_PREFIX_CACHE_PER_TENANT",
+        True,
+        "A tenant's prompts reuse only its own blocks of the engine's prefix cache (vLLM's "
+        "cache_salt), so no tenant can learn another's prompts from cache-hit timing; the "
+        "router scores workers the same way. false: one cache shared by every tenant.",
+    )
     history_block: float = _var(
         "TURNSTREAM_HISTORY_BLOCK",
         0.25,

@@ -27,11 +27,12 @@ class _Message(Protocol):
     def content(self) -> str: ...
 
 
-def message_chain(messages: Sequence[_Message]) -> list[int]:
+def message_chain(messages: Sequence[_Message], salt: str = "") -> list[int]:
     """One hash per message, each over all the messages up to it (signed 64-bit, so it
-    fits JSON numbers and ClickHouse Int64 alike)."""
+    fits JSON numbers and ClickHouse Int64 alike). `salt`: the cache scope (a tenant):
+    the same messages under another salt share nothing, as the engine's salted blocks."""
     chain: list[int] = []
-    previous = b""
+    previous = salt.encode() if salt else b""
     for message in messages:
         digest = hashlib.blake2b(digest_size=8)
         digest.update(previous)
@@ -41,6 +42,12 @@ def message_chain(messages: Sequence[_Message]) -> list[int]:
         previous = digest.digest()
         chain.append(int.from_bytes(previous, "big", signed=True))
     return chain
+
+
+def cache_salt(tenant_id: str, per_tenant: bool) -> str:
+    """The prefix-cache scope of a tenant's prompts (`TURNSTREAM_PREFIX_CACHE_PER_TENANT`):
+    its own, or shared by every tenant ("")."""
+    return tenant_id if per_tenant else ""
 
 
 def prefix_lengths(messages: Sequence[_Message]) -> list[int]:

@@ -45,6 +45,7 @@ from schemas.events import (
     TurnTruncated,
 )
 from schemas.ids import now_ms
+from schemas.prefix import cache_salt
 from schemas.topics import (
     DEAD_LETTERS,
     IMAGES_REQUESTED,
@@ -101,6 +102,7 @@ class AssemblyConfig:
     idle_expiry_ms: float
     history: HistoryLimits
     rag_top_k: int
+    prefix_cache_per_tenant: bool = True
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AssemblyConfig:
@@ -114,6 +116,7 @@ class AssemblyConfig:
                 settings.history_max_messages, settings.history_max_chars, settings.history_block
             ),
             rag_top_k=settings.rag_top_k,
+            prefix_cache_per_tenant=settings.prefix_cache_per_tenant,
         )
 
 
@@ -304,7 +307,8 @@ class AssemblyJob:
         key = submitted.conversation_id.encode()
         in_flight = state.in_flight is not None and state.in_flight.turn_id == turn.turn_id
         pinned = state.in_flight_route if in_flight else None
-        route = pinned or await self.routing.place(intent, messages, key)
+        salt = cache_salt(submitted.tenant_id, self.config.prefix_cache_per_tenant)
+        route = pinned or await self.routing.place(intent, messages, key, salt)
         if in_flight:
             state.in_flight_route = route
         # the cache holds answers to the deployment's persona: never for an arm's own, and

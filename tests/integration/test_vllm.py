@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -52,6 +53,20 @@ async def test_prefix_cache_serves_a_repeated_history(tiny_engine):
     [d async for d in tiny_engine.stream(request("the capital of france"))]
     deltas = [d async for d in tiny_engine.stream(request("the capital of italy"))]
     assert deltas[-1].cached_prompt_tokens > 0
+
+
+async def test_the_prefix_cache_is_not_shared_between_tenants(tiny_engine):
+    """A tenant's prompt never reuses blocks another tenant's identical prompt left (its
+    timing would tell that tenant what the other asked); its own repeat does."""
+    system = f"Notes {uuid.uuid4().hex}: " + LONG_SYSTEM  # nothing cached by other tests
+
+    async def cached(tenant: str) -> int:
+        req = replace(request("the capital of france", system=system), cache_salt=tenant)
+        return [d async for d in tiny_engine.stream(req)][-1].cached_prompt_tokens
+
+    assert await cached("acme") == 0
+    assert await cached("globex") == 0  # the same prompt, another tenant
+    assert await cached("acme") > 0  # the first tenant's own blocks
 
 
 async def test_concurrent_requests_are_batched(tiny_engine):

@@ -126,6 +126,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
                 first_hard_max_chars=settings.tts_first_segment_max_chars,
             ),
             engine_options=options_tag(engine),
+            prefix_cache_per_tenant=settings.prefix_cache_per_tenant,
         ),
         clock_ms=now_ms,
     )

@@ -48,7 +48,7 @@ from schemas.events import (
     TurnStarted,
     TurnSubmitted,
 )
-from schemas.prefix import PrefixMemory, estimated_tokens, message_chain
+from schemas.prefix import PrefixMemory, cache_salt, estimated_tokens, message_chain
 from workers.inference.engines.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.images.image_budget import Grant, ImageBudget
@@ -81,6 +81,7 @@ class ServiceConfig:
     speech_topic: str = ""  # Kafka tts.segments: answers asked to be spoken go there
     segments: SegmenterConfig = field(default_factory=SegmenterConfig)
     engine_options: str = ""  # the engine's options tag, recorded in every turn.completed
+    prefix_cache_per_tenant: bool = True  # a tenant's prompts reuse only its own cached blocks
 
     def gate_for(self, tier: str) -> GateConfig | None:
         return self.tier_gates.get(tier, self.output_gate)
@@ -230,6 +231,7 @@ class InferenceService:
                 decoding=turn.decoding,
                 images=assembled.images,
                 priority=turn.priority,
+                cache_salt=cache_salt(turn.tenant_id, self.config.prefix_cache_per_tenant),
             )
             model, decoding = self.engine.model_name, turn.decoding
             with spans.generating(
@@ -491,7 +493,7 @@ class InferenceService:
         if ticket is not None:
             ticket.started()  # leaves the worker's queue: the engine has it now
         prompt_tokens = estimated_tokens(request.messages)
-        self.prefixes.remember(message_chain(request.messages), prompt_tokens)
+        self.prefixes.remember(message_chain(request.messages, request.cache_salt), prompt_tokens)
         self._prefilling[request.request_id] = prompt_tokens
         try:
             await self._stream(request, progress, channel, grant, guard, speech=speech)

@@ -108,9 +108,12 @@ class Routing:
         (without a board, as far as anyone can tell)."""
         return self.board is None or self._live(await self.board.states(IMAGE_POOL))
 
-    async def place(self, intent: Intent, messages: Sequence[Message], key: bytes) -> Route:
+    async def place(
+        self, intent: Intent, messages: Sequence[Message], key: bytes, salt: str = ""
+    ) -> Route:
         """Pick the worker of the intent's pool for a prompt (an image request: any image
-        worker, by Kafka's key hashing on `images.requested`)."""
+        worker, by Kafka's key hashing on `images.requested`). `salt`: the prompt's cache
+        scope (`schemas.prefix.cache_salt`), as its worker will remember it."""
         if intent.pool == IMAGE_POOL:
             return Route(
                 pool=IMAGE_POOL,
@@ -131,7 +134,7 @@ class Routing:
         pick = self.picker.pick(
             states,
             key=key,
-            chain=message_chain(messages),
+            chain=message_chain(messages, salt),
             lengths=prefix_lengths(messages),
             now_ms=self.clock_ms(),
         )

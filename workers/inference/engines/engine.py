@@ -29,6 +29,9 @@ class GenerationRequest:
     images: Sequence[ImageInput] = ()
     pixels: Sequence[Any] = ()
     priority: int = 0  # the tenant tier's: higher is scheduled first when the engine queues
+    # whose cached prompt blocks this request may reuse ("": anyone's): the tenant, so one
+    # tenant cannot learn another's prompts from how fast a shared prefix comes back
+    cache_salt: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,7 +196,11 @@ class FakeEngine:
         prompt_tokens = sum(sizes)
         async with self._prefill:
             cached = 0
-            chain = message_chain(request.messages) if self.cache is not None else []
+            chain = (
+                message_chain(request.messages, request.cache_salt)
+                if self.cache is not None
+                else []
+            )
             if self.cache is not None:
                 # like vLLM: the last prompt token is always computed
                 cached = min(self.cache.lookup(chain, sizes), max(0, prompt_tokens - 1))

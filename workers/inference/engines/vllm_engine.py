@@ -293,6 +293,8 @@ class VllmEngine:
             )
         prompt_ids = self.render(request)
         prompt: dict = {"prompt_token_ids": prompt_ids}
+        if request.cache_salt:
+            prompt["cache_salt"] = request.cache_salt  # hashed into the first block's key
         prompt_len = len(prompt_ids)
         if request.images:
             assert self.vision is not None and len(request.pixels) == len(request.images)

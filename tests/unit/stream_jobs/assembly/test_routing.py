@@ -123,3 +123,22 @@ async def test_the_classifier_is_skipped_when_its_answer_cannot_change_anything(
         Board({"chat": [worker("c1", "chat", 0)], "reasoning": [worker("r", "reasoning", 1)]}),
     )
     assert (await one_pool.live_pools(), await two_pools.live_pools()) == (1, 2)
+
+
+async def test_a_prompt_is_matched_to_the_cache_of_its_own_tenant_only():
+    """Workers remember prompts under their tenant's cache salt (the engine's blocks are
+    salted the same way): an identical prompt of another tenant is not a cache hit."""
+    import msgspec
+
+    from schemas.prefix import message_chain
+
+    messages = [Message(Role.USER, "a long pasted document " * 40), Message(Role.USER, "sum up")]
+    holder = msgspec.structs.replace(
+        worker("w1", "chat", 1), prefixes=[message_chain(messages[:1], "acme")[-1]]
+    )
+    r = routing(Always("chat"), Board({"chat": [holder, worker("w2", "chat", 2)]}))
+    intent = r.intent("sum up", has_images=False, history_turns=1)
+    own = await r.place(intent, messages, b"conv", salt="acme")
+    other = await r.place(intent, messages, b"conv", salt="globex")
+    assert own.worker_id == "w1" and own.prefix_chars > 0
+    assert other.prefix_chars == 0

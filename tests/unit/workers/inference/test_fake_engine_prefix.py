@@ -3,6 +3,7 @@
 import asyncio
 import heapq
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -84,6 +85,17 @@ async def test_a_repeated_prefix_is_served_from_the_cache_and_answers_sooner():
     total = prompt + deltas[-1].prompt_tokens
     assert (snap.prefix_cache_queries, snap.prefix_cache_hits) == (total, prompt)
     assert snap.prompt_tokens == total - prompt  # computed: not served from the cache
+
+
+async def test_another_tenants_identical_prompt_finds_nothing_cached():
+    clock = VirtualClock()
+    engine = engine_on(clock)
+    salted = lambda tenant: replace(request(DOC + "summarise"), cache_salt=tenant)  # noqa: E731
+    _, first = await timed(engine, clock, salted("acme"))
+    _, other = await timed(engine, clock, salted("globex"))
+    _, again = await timed(engine, clock, salted("acme"))
+    assert first[-1].cached_prompt_tokens == 0 and other[-1].cached_prompt_tokens == 0
+    assert again[-1].cached_prompt_tokens == again[-1].prompt_tokens - 1 > 0  # its own: cached
 
 
 async def test_an_evicted_prefix_is_prefilled_again():
