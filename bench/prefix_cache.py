@@ -52,7 +52,9 @@ def corpus_words() -> list[str]:
     return re.sub(r"[|#*`\[\]()]", " ", text).split()
 
 
-def conversations(count: int, turns: int, seed: int = 7) -> list[list[tuple[str, str]]]:
+def conversations(
+    count: int, turns: int, answer_words: tuple[int, int] = (20, 250), seed: int = 7
+) -> list[list[tuple[str, str]]]:
     """Questions and answers, the same for every setup."""
     rng = random.Random(seed)
     questions = [json.loads(line)["complete"] for line in QUESTIONS.read_text().splitlines()]
@@ -61,7 +63,7 @@ def conversations(count: int, turns: int, seed: int = 7) -> list[list[tuple[str,
     for _ in range(count):
         talk = []
         for _ in range(turns):
-            n = rng.randint(20, 250)
+            n = rng.randint(*answer_words)
             start = rng.randrange(len(words) - n)
             talk.append((rng.choice(questions), " ".join(words[start : start + n])))
         out.append(talk)
@@ -129,6 +131,10 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=40)
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument(
+        "--answer-words", default="20,250", help="answers' length range, in words (min,max)"
+    )
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
         "--blocks", default="0,0.25,0.5", help="TURNSTREAM_HISTORY_BLOCK values (0: before)"
     )
     args = parser.parse_args()
@@ -137,7 +143,8 @@ def main() -> None:
 
     settings = Settings.from_env()
     tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir(settings)))
-    talks = conversations(args.conversations, args.turns)
+    low, high = (int(n) for n in args.answer_words.split(","))
+    talks = conversations(args.conversations, args.turns, (low, high), args.seed)
     results: dict[str, dict] = {}
     per_turn: dict[str, list[float]] = {}
     for name, block in setups.items():
@@ -154,7 +161,10 @@ def main() -> None:
             for t in range(args.turns)
         ]
     print(file=sys.stderr)
-    print(f"{args.conversations} conversations x {args.turns} turns, SmolLM2 template")
+    print(
+        f"{args.conversations} conversations x {args.turns} turns, answers of "
+        f"{args.answer_words} words, seed {args.seed}, SmolLM2 template"
+    )
     print(
         f"{'setup':>10} {'turns':>26} {'hit rate':>9} {'p10/p50/p90 per conversation':>30} "
         f"{'prompt':>7} {'prefill':>8} {'history msgs':>13}"
