@@ -6,7 +6,7 @@ The prompts are built by the assembly job's own code (`trim_history` for the sto
 `assemble` for the prompt window) with the default settings (2048-token context, 256-token
 answers, 20 stored messages), rendered with SmolLM2's chat template and counted by its
 tokenizer. Conversations: `--turns` turns of questions from `bench/turn_sets/utterances.jsonl`
-and answers of 20-250 words cut from this repository's docs (seeded). Reuse is counted as
+and answers of 20-250 words cut from Python's help topics (seeded). Reuse is counted as
 vLLM's automatic prefix caching counts it: the leading tokens identical to the previous
 turn's prompt, in whole 16-token blocks, with nothing evicted in between (an upper bound
 a busy engine approaches as its cache holds the conversation). The previous answer's own
@@ -48,7 +48,11 @@ def progress(text: str) -> None:
 
 
 def corpus_words() -> list[str]:
-    text = " ".join(p.read_text() for p in sorted((REPO / "docs").glob("*.md")))
+    """English prose that does not change with this repository (Python's own help topics),
+    so a run is comparable with the runs of other days."""
+    from pydoc_data.topics import topics
+
+    text = " ".join(topics[key] for key in sorted(topics))
     return re.sub(r"[|#*`\[\]()]", " ", text).split()
 
 
