@@ -37,6 +37,7 @@ from runtime.smollm2 import default_model_dir
 from schemas.events import DecodingParams, Role
 from stream_jobs.assembly.prompt import assemble, history_block_tokens
 from stream_jobs.assembly.state import ConversationState, HistoryLimits, StoredMessage, trim_history
+from stream_jobs.assembly.tokens import token_counter
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = REPO / "bench" / "turn_sets" / "utterances.jsonl"
@@ -80,8 +81,8 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return int(differ[0]) if len(differ) else n
 
 
-def run_conversation(talk, block: float, tokenizer, settings: Settings) -> list[dict]:
-    count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+def run_conversation(talk, block: float, tokenizer, count, settings: Settings) -> list[dict]:
+    """`count`: the assembly's own token counter; `tokenizer`: the chat template's."""
     limits = HistoryLimits(settings.history_max_messages, settings.history_max_chars, block)
     answer_room = min(DecodingParams().max_tokens, settings.max_model_len // 2)
     budget = settings.max_model_len - answer_room
@@ -146,7 +147,9 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     settings = Settings.from_env()
-    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir(settings)))
+    model_dir = default_model_dir(settings)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    count = token_counter(model_dir)  # as the assembly job counts history
     low, high = (int(n) for n in args.answer_words.split(","))
     talks = conversations(args.conversations, args.turns, (low, high), args.seed)
     results: dict[str, dict] = {}
@@ -155,7 +158,7 @@ def main() -> None:
         runs = []
         for i, talk in enumerate(talks, 1):
             progress(f"{name}: conversation {i}/{len(talks)}")
-            runs.append(run_conversation(talk, block, tokenizer, settings))
+            runs.append(run_conversation(talk, block, tokenizer, count, settings))
         results[name] = {
             "all turns after the first": summarize(runs),
             f"turns {args.turns // 2 + 1}-{args.turns}": summarize(runs, args.turns // 2),
