@@ -216,6 +216,12 @@ class Settings:
         "",
         "Tokenizer for context budgets (empty: the served model's folder; none: ~4 bytes/token).",
     )
+    max_schema_bytes: int = _var(
+        "TURNSTREAM_MAX_SCHEMA_BYTES",
+        16 * 1024,
+        "Largest JSON Schema a turn's response_format may carry (as JSON); each is compiled "
+        "into a grammar on the inference worker.",
+    )
     history_max_chars: int = _var(
         "TURNSTREAM_HISTORY_MAX_CHARS", 200_000, "Characters of history kept per conversation."
     )

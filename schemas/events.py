@@ -34,6 +34,22 @@ class Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     content: str
 
 
+class OutputFormat(enum.StrEnum):
+    JSON_OBJECT = "json_object"  # any JSON object
+    JSON_SCHEMA = "json_schema"  # an instance of the given JSON Schema
+
+
+class ResponseFormat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """The answer's shape, enforced while the engine decodes (guided decoding), not checked
+    after: a token that would break it is never sampled. `schema` is the JSON Schema as
+    JSON text (checked at the edge; text keeps the struct immutable and reaches the engine
+    byte for byte)."""
+
+    type: OutputFormat
+    schema: str = ""  # json_schema only
+    name: str = ""  # the client's name for the schema (OpenAI's `json_schema.name`)
+
+
 class DecodingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Sampling settings of one turn; defaults suit the small bundled model."""
 
@@ -45,6 +61,7 @@ class DecodingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     frequency_penalty: float = 0.0
     seed: int | None = None
     stop: list[str] = []  # the answer ends before the first of these strings (not included)
+    response_format: ResponseFormat | None = None  # None: free text
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -35,7 +35,7 @@ encoded inside JSON text frames.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -152,6 +152,41 @@ class HistoryMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 StopString = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
+class JsonSchema(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """OpenAI's `json_schema`: the answer is an instance of `schema` (a JSON Schema; local
+    `$ref`s only, at most TURNSTREAM_MAX_SCHEMA_BYTES as JSON). Always strict: the engine
+    never samples a token that breaks it (`strict: false` is refused). `description` is the
+    client's note on the format; the model is not shown it."""
+
+    name: Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9_-]{1,64}$(?!\\n)")]
+    schema: dict[str, Any]
+    description: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    strict: bool | None = None
+
+
+class TextFormat(
+    msgspec.Struct, frozen=True, tag_field="type", tag="text", forbid_unknown_fields=True
+):
+    """Free text (the default)."""
+
+
+class JsonObjectFormat(
+    msgspec.Struct, frozen=True, tag_field="type", tag="json_object", forbid_unknown_fields=True
+):
+    """Any JSON object (OpenAI's JSON mode)."""
+
+
+class JsonSchemaFormat(
+    msgspec.Struct, frozen=True, tag_field="type", tag="json_schema", forbid_unknown_fields=True
+):
+    """An instance of `json_schema.schema` (OpenAI's structured outputs)."""
+
+    json_schema: JsonSchema
+
+
+ResponseFormatOption = TextFormat | JsonObjectFormat | JsonSchemaFormat
+
+
 class CreateTurn(ClientMessage, tag="turn.create"):
     """Ask for an answer. `client_turn_id` makes a retry idempotent (same turn, answered once).
     A turn needs `text`, `parts`, or both (`text` then comes first).
@@ -176,6 +211,8 @@ class CreateTurn(ClientMessage, tag="turn.create"):
     speech: SpeechOptions | msgspec.UnsetType | None = msgspec.UNSET
     # a generated picture's size, steps and seed, when the turn asks for one ("draw …")
     image: ImageOptions | None = None
+    # the answer's shape, enforced while decoding (JSON mode, a JSON Schema); left out: text
+    response_format: ResponseFormatOption | None = None
 
 
 class CancelTurn(ClientMessage, tag="turn.cancel"):

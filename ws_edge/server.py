@@ -91,6 +91,7 @@ class EdgeServer:
             max_open_turns=settings.max_turns_in_flight_per_session,
             default_frequency_penalty=settings.default_frequency_penalty,
             max_history_chars=settings.history_max_chars,
+            max_schema_bytes=settings.max_schema_bytes,
             media=MediaLimits(
                 max_media_bytes=settings.max_media_bytes,
                 max_images=settings.max_images_per_turn,

@@ -107,6 +107,7 @@ from ws_edge.messages import (
     TurnDetection,
     client_decoder,
 )
+from ws_edge.response_format import decoding_format
 from ws_edge.route import Route
 from ws_edge.voice.audio_timeline import AudioTimeline
 from ws_edge.voice.loop import (
@@ -128,6 +129,7 @@ class SessionLimits:
     default_max_tokens: int = 256
     default_frequency_penalty: float = 0.8  # TURNSTREAM_DEFAULT_FREQUENCY_PENALTY
     max_history_chars: int = 200_000  # a carried history's (TURNSTREAM_HISTORY_MAX_CHARS)
+    max_schema_bytes: int = 16 * 1024  # a response_format's (TURNSTREAM_MAX_SCHEMA_BYTES)
     media: MediaLimits = field(default_factory=MediaLimits)
     max_media_message_bytes: int = 16 * 1024 * 1024  # turn.create / audio.append frames
     voices: tuple[str, ...] = ("joe", "espeak")  # what the TTS workers offer
@@ -712,6 +714,9 @@ class Session(VoiceTurns):
             frequency_penalty=self._limits.default_frequency_penalty,
             seed=msg.seed,
             stop=list(msg.stop),
+            response_format=decoding_format(
+                msg.response_format, max_bytes=self._limits.max_schema_bytes
+            ),
         )
         history = carried_history(msg, self._limits.max_history_chars)
         speech = self._speech if msg.speech is msgspec.UNSET else self._speech_settings(msg.speech)

@@ -311,9 +311,14 @@ class AssemblyJob:
         route = pinned or await self.routing.place(intent, messages, key, salt)
         if in_flight:
             state.in_flight_route = route
-        # the cache holds answers to the deployment's persona: never for an arm's own, and
-        # never pictures
-        uncached = submitted.persona or submitted.instructions or intent.pool == IMAGE_POOL
+        # the cache holds free-text answers to the deployment's persona: never for an arm's
+        # own, never pictures, never an answer held to a response format
+        uncached = (
+            submitted.persona
+            or submitted.instructions
+            or intent.pool == IMAGE_POOL
+            or submitted.decoding.response_format is not None
+        )
         cached = (
             None if uncached else await self._cached(turn, state, len(history), profile, passages)
         )

@@ -13,7 +13,15 @@ import pytest
 from harness.stack import pipeline
 from runtime.settings import Settings
 from runtime.smollm2 import convert, default_model_dir
-from schemas.events import DecodingParams, FinishReason, ImageInput, Message, Role
+from schemas.events import (
+    DecodingParams,
+    FinishReason,
+    ImageInput,
+    Message,
+    OutputFormat,
+    ResponseFormat,
+    Role,
+)
 from workers.inference.engines.engine import EngineError, GenerationRequest
 from workers.inference.engines.hf_engine import TransformersEngine, TransformersOptions
 from ws_edge.client import EdgeClient
@@ -175,6 +183,14 @@ async def test_images_and_overlong_prompts_are_refused(hf_engine):
     with pytest.raises(EngineError) as overflow:
         await collect(hf_engine, request("word " * 1100, max_tokens=8))
     assert overflow.value.code == "context_overflow"
+
+
+async def test_a_response_format_is_refused_not_ignored(hf_engine):
+    """No guided decoding here: an answer that only looks like JSON would be a lie."""
+    fmt = ResponseFormat(type=OutputFormat.JSON_OBJECT)
+    with pytest.raises(EngineError) as refused:
+        await collect(hf_engine, request("a city as JSON", response_format=fmt))
+    assert refused.value.code == "response_format_unsupported"
 
 
 @pytest.fixture(scope="module")

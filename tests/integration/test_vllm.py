@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from dataclasses import replace
+from typing import Literal
 
+import jsonschema
+import msgspec
+import openai
+import pydantic
 import pytest
 
-from schemas.events import DecodingParams, FinishReason, Message, Role
-from workers.inference.engines.engine import GenerationRequest
-from ws_edge.client import EdgeClient
-from ws_edge.messages import ResponseDelta, ResponseDone
+from schemas.events import (
+    DecodingParams,
+    FinishReason,
+    Message,
+    OutputFormat,
+    ResponseFormat,
+    Role,
+)
+from workers.inference.engines.engine import EngineError, GenerationRequest
+from ws_edge.client import EdgeClient, TurnRejected
+from ws_edge.messages import JsonSchema, JsonSchemaFormat, ResponseDelta, ResponseDone
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
@@ -152,3 +165,79 @@ async def test_pipeline_on_vllm_two_turns_and_a_cancel(vllm_pipeline):
 
 async def _collect(engine, req) -> str:
     return "".join([d.text async for d in engine.stream(req)])
+
+
+# A shape a random-weight model can finish within a few tokens only if it is held to it.
+REPORT = {
+    "type": "object",
+    "properties": {
+        "unit": {"enum": ["km", "mi"]},
+        "ok": {"type": "boolean"},
+        "code": {"type": "string", "maxLength": 4},
+    },
+    "required": ["unit", "ok", "code"],
+    "additionalProperties": False,
+}
+
+
+def formatted(text: str, fmt: ResponseFormat | None, max_tokens: int = 64) -> GenerationRequest:
+    req = request(text, max_tokens=max_tokens)
+    decoding = msgspec.structs.replace(req.decoding, response_format=fmt)
+    return replace(req, decoding=decoding)
+
+
+async def test_a_json_schema_holds_even_a_random_model(tiny_engine):
+    """Guided decoding: the tiny model's weights are random, so its free answer is noise;
+    held to the schema, every answer is an instance of it."""
+    free = await _collect(tiny_engine, formatted("a report please", None))
+    with pytest.raises(ValueError):
+        json.loads(free)
+    fmt = ResponseFormat(type=OutputFormat.JSON_SCHEMA, schema=json.dumps(REPORT))
+    for text in ("a report please", "another one", "und auf Deutsch"):
+        answer = await _collect(tiny_engine, formatted(text, fmt))
+        jsonschema.validate(json.loads(answer), REPORT)
+    mode = await _collect(
+        tiny_engine, formatted("any object", ResponseFormat(type=OutputFormat.JSON_OBJECT))
+    )
+    assert mode.lstrip().startswith("{")
+
+
+async def test_a_schema_the_engine_cannot_compile_ends_the_turn_with_a_clear_error(tiny_engine):
+    fmt = ResponseFormat(type=OutputFormat.JSON_SCHEMA, schema='{"type": 7}')
+    with pytest.raises(EngineError) as refused:
+        await _collect(tiny_engine, formatted("x", fmt))
+    assert refused.value.code == "invalid_response_format" and not refused.value.retryable
+
+
+class Report(pydantic.BaseModel):
+    """What the openai SDK's `parse` turns into a strict JSON Schema."""
+
+    unit: Literal["km", "mi"]
+    ok: bool
+
+
+async def test_structured_answers_through_both_doors(vllm_pipeline):
+    """The whole path on real vLLM: a WebSocket turn held to a schema, the openai SDK's
+    `parse` (a pydantic model as `response_format`) on the HTTP door, and a bad schema
+    refused before anything is accepted."""
+    conversation = f"c-{uuid.uuid4().hex[:8]}"
+    fmt = JsonSchemaFormat(json_schema=JsonSchema(name="report", schema=REPORT))
+    async with EdgeClient.connect(vllm_pipeline.url, vllm_pipeline.token()) as client:
+        done = await client.ask(conversation, "a report", max_tokens=48, response_format=fmt)
+        jsonschema.validate(json.loads(done.text), REPORT)
+        bad = JsonSchemaFormat(json_schema=JsonSchema(name="x", schema={"$ref": "http://a/b"}))
+        with pytest.raises(TurnRejected) as rejected:
+            await client.start_turn(conversation, "again", response_format=bad)
+        assert rejected.value.error.code == "invalid_response_format"
+    sdk = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{vllm_pipeline.edge.http_port}/v1",
+        api_key=vllm_pipeline.token("sdk-parse"),
+        max_retries=0,
+    )
+    parsed = await sdk.chat.completions.parse(
+        model="any",
+        messages=[{"role": "user", "content": "a report"}],
+        response_format=Report,
+        max_tokens=48,
+    )
+    assert isinstance(parsed.choices[0].message.parsed, Report)

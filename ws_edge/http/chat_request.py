@@ -34,6 +34,7 @@ from ws_edge.messages import (
     HistoryMessage,
     ImagePart,
     Part,
+    ResponseFormatOption,
     ResumeResponse,
     TextPart,
 )
@@ -48,6 +49,7 @@ NEUTRAL: dict[str, Any] = {
     "logprobs": False,
     "tools": [],
     "store": False,
+    "response_format": {"type": "text"},
 }
 SUPPORTED = frozenset(
     {
@@ -63,6 +65,7 @@ SUPPORTED = frozenset(
         "seed",
         "n",
         "metadata",
+        "response_format",
     }
 )
 
@@ -122,6 +125,7 @@ class ChatRequest(msgspec.Struct, frozen=True):
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     n: int = 1
     metadata: dict[str, str] | None = None  # conversation_id: the server keeps the history
+    response_format: ResponseFormatOption | None = None  # checked by the session, as on WS
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +183,7 @@ def parse_chat_request(
         "stop": stop,
         "history": history,
         "instructions": instructions,
+        "response_format": request.response_format,
     }
     given = {k: v for k, v in create.items() if v is not None}
     try:

@@ -93,6 +93,8 @@ def _type_strategy(info: mi.Type, overrides: dict[str, st.SearchStrategy[Any]]) 
             return st.one_of([_type_strategy(t, overrides) for t in types])
         case mi.StructType():
             return _struct_strategy(info, overrides)
+        case mi.AnyType():  # free JSON (a response format's schema)
+            return json_values
     raise NotImplementedError(f"no strategy for {info!r}")
 
 

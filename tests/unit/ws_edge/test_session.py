@@ -448,3 +448,23 @@ def test_an_api_key_is_looked_up_by_the_shell_then_admitted_or_refused():
         only_error(refused.key_refused(AuthError("revoked", code="key_revoked")))
     *_, close = refused.key_refused(AuthError("revoked", code="key_revoked"))
     assert isinstance(close, Close)
+
+
+def test_a_response_format_rides_on_the_turns_decoding_or_is_refused_before_acceptance():
+    session = authed(max_schema_bytes=200)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
+    [submit] = session.receive(
+        frame(type="turn.create", conversation_id="c1", text="hi", response_format=fmt)
+    )
+    assert submit.turn.decoding.response_format.type == "json_schema"
+    assert msgspec.json.decode(submit.turn.decoding.response_format.schema) == schema
+    big = {**fmt, "json_schema": {"name": "city", "schema": {**schema, "description": "x" * 300}}}
+    error = only_error(
+        session.receive(
+            frame(type="turn.create", conversation_id="c2", text="hi", response_format=big)
+        )
+    )
+    assert error.code == "invalid_response_format"
+    [plain] = session.receive(frame(type="turn.create", conversation_id="c3", text="hi"))
+    assert plain.turn.decoding.response_format is None

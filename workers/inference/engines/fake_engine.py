@@ -18,8 +18,11 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
-from schemas.events import FinishReason, Role
+import msgspec
+
+from schemas.events import FinishReason, OutputFormat, ResponseFormat, Role
 from schemas.prefix import message_chain, prefix_lengths
 from workers.inference.engines.engine import EngineError, GenerationDelta, GenerationRequest
 from workers.inference.engines.engine_stats import EngineSnapshot
@@ -29,12 +32,55 @@ CHARS_PER_TOKEN = 4
 
 def fake_answer(request: GenerationRequest) -> list[str]:
     """The tokens the fake engine answers with: 'You said: <last user text>' plus history size
-    (and the images it was given, so tests see them arrive)."""
+    (and the images it was given, so tests see them arrive). With a response format, that
+    text inside the JSON the format asks for (`fake_json`)."""
     last_user = next((m.content for m in reversed(request.messages) if m.role == Role.USER), "")
     turns = sum(1 for m in request.messages if m.role == Role.USER)
     seen = f", {len(request.images)} images" if request.images else ""
-    words = f"You said: {last_user} (turn {turns}{seen})".split(" ")
+    text = f"You said: {last_user} (turn {turns}{seen})"
+    if request.decoding.response_format is not None:
+        text = fake_json(request.decoding.response_format, text)
+    words = text.split(" ")
     return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+def fake_json(response_format: ResponseFormat, text: str) -> str:
+    """A JSON answer of the requested shape, `text` in its strings. The fake's stand-in for
+    guided decoding (tests of the pipeline around it only: real engines are tested for the
+    enforcement itself)."""
+    if response_format.type == OutputFormat.JSON_OBJECT:
+        return msgspec.json.encode({"answer": text}).decode()
+    schema = msgspec.json.decode(response_format.schema)
+    return msgspec.json.encode(_instance(schema, schema, text)).decode()
+
+
+def _instance(node: Any, root: dict, text: str) -> Any:
+    """The simplest value `node` accepts (first choices, required properties only)."""
+    if not isinstance(node, dict):
+        return text
+    if "$ref" in node:  # local: "#/$defs/name"
+        target: Any = root
+        for part in node["$ref"].lstrip("#").strip("/").split("/"):
+            target = target[part] if part else target
+        return _instance(target, root, text)
+    if "const" in node:
+        return node["const"]
+    if node.get("enum"):
+        return node["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if node.get(key):
+            return _instance(node[key][0], root, text)
+    kind = node.get("type", "object")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        props = node.get("properties", {})
+        wanted = node.get("required", list(props))
+        return {name: _instance(props.get(name, {}), root, text) for name in wanted}
+    if kind == "array":
+        return [_instance(node.get("items", {}), root, text)] * node.get("minItems", 0)
+    return {"string": text, "integer": 0, "number": 0, "boolean": False, "null": None}.get(
+        kind, text
+    )
 
 
 def until_stop(tokens: Sequence[str], stop: Sequence[str]) -> list[str]:

@@ -13,7 +13,9 @@ which frees its blocks at its next step.
 
 Not supported here (logged once and ignored): repetition penalty (transformers drops it
 under continuous batching), per-request seeds (the manager has one seed) and priorities
-(its scheduler is FIFO). Text only: image turns are refused with `images_unsupported`.
+(its scheduler is FIFO). Text only: image turns are refused with `images_unsupported`, and
+turns with a `response_format` with `response_format_unsupported` (guided decoding needs a
+token mask per request at each step, which transformers' batching does not take).
 """
 
 from __future__ import annotations
@@ -142,6 +144,13 @@ class TransformersEngine:
             raise EngineError(
                 f"prompt is {prompt_len} tokens; the model holds {self._options.max_model_len}",
                 code="context_overflow",
+            )
+        if request.decoding.response_format is not None:
+            raise EngineError(
+                "the transformers engine cannot hold an answer to a response format (its "
+                "batching has no per-request token masks); ask without response_format, or "
+                "serve this pool with vLLM",
+                code="response_format_unsupported",
             )
         manager = self._manager
         if manager is None:

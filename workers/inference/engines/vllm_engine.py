@@ -34,12 +34,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from schemas.events import FinishReason
+from schemas.events import FinishReason, OutputFormat, ResponseFormat
 from workers.inference.chat_prompt import render_prompt
 from workers.inference.engines.engine import EngineError, GenerationDelta, GenerationRequest
 from workers.inference.engines.engine_profile import EngineProfile, Target
 from workers.inference.engines.engine_stats import EngineMeter, EngineSnapshot
 from workers.inference.images.placeholders import bind_images
+
+
+def structured_outputs(response_format: ResponseFormat | None) -> Any:
+    """vLLM's guided decoding for a response format (xgrammar compiles it into a token mask
+    applied at every step), or None for free text. Compact JSON: no whitespace between
+    tokens, which a small model would otherwise spend its answer on (a random-weight model
+    fills max_tokens with tabs) and which costs tokens anyway: set for the whole engine
+    (`StructuredOutputsConfig`), where vLLM reads it."""
+    if response_format is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if response_format.type == OutputFormat.JSON_OBJECT:
+        return StructuredOutputsParams(json_object=True)
+    return StructuredOutputsParams(json=response_format.schema)
+
+
+def _is_validation_error(exc: Exception) -> bool:
+    """vLLM refuses a schema its grammar backend cannot compile when the request is added,
+    with a client error (VLLMValidationError: the request's fault, not worth a retry)."""
+    from vllm.exceptions import VLLMClientError
+
+    return isinstance(exc, VLLMClientError | ValueError)
+
 
 _FINISH = {
     "stop": FinishReason.STOP,
@@ -218,6 +242,7 @@ class VllmEngine:
             raise EngineError(f"no model folder at {options.model_path}", code="model_missing")
         os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
         from transformers import AutoTokenizer
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -252,6 +277,10 @@ class VllmEngine:
             scheduling_policy="priority",  # higher tiers first when requests queue
             kv_cache_memory_bytes=options.kv_cache_bytes,
             seed=options.seed,
+            # guided JSON without free whitespace (see `structured_outputs`)
+            structured_outputs_config=StructuredOutputsConfig(
+                backend="xgrammar", disable_any_whitespace=True
+            ),
             **engine_kwargs(requested),
             **multimodal,
         )
@@ -318,6 +347,7 @@ class VllmEngine:
             seed=d.seed,
             stop=list(d.stop) or None,
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=structured_outputs(d.response_format),
         )
         if self._llm is None:
             raise EngineError("engine is closed", code="engine_closed")
@@ -343,6 +373,11 @@ class VllmEngine:
         except EngineError:
             raise
         except Exception as exc:  # the engine's own errors, mapped at the boundary
+            if d.response_format is not None and _is_validation_error(exc):
+                raise EngineError(
+                    f"the response format cannot be enforced: {exc}",
+                    code="invalid_response_format",
+                ) from exc
             raise EngineError(f"vLLM failed: {exc}", retryable=True) from exc
 
     async def close(self) -> None:

@@ -1,8 +1,17 @@
 import asyncio
+import json
 
+import jsonschema
 import pytest
 
-from schemas.events import DecodingParams, FinishReason, Message, Role
+from schemas.events import (
+    DecodingParams,
+    FinishReason,
+    Message,
+    OutputFormat,
+    ResponseFormat,
+    Role,
+)
 from workers.inference.engines.engine import EngineError, GenerationRequest
 from workers.inference.engines.fake_engine import FakeEngine
 
@@ -50,3 +59,31 @@ async def test_fake_engine_ends_before_a_stop_string_as_vllm_does():
         "r2", [Message(Role.USER, "x")], DecodingParams(max_tokens=100, stop=["You"])
     )
     assert "".join(d.text for d in await collect(engine, at_once)) == ""
+
+
+async def test_the_fake_answers_in_the_shape_a_response_format_asks_for():
+    """The fake stands in for guided decoding in pipeline tests (real engines are tested
+    for the enforcement): its JSON must be an instance of the schema."""
+    schema = {
+        "$defs": {"unit": {"enum": ["km", "mi"]}},
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "population": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+            "unit": {"$ref": "#/$defs/unit"},
+            "note": {"type": "string"},
+        },
+        "required": ["city", "population", "tags", "unit"],
+    }
+    fmt = ResponseFormat(type=OutputFormat.JSON_SCHEMA, schema=json.dumps(schema))
+    req = GenerationRequest(
+        "r1", [Message(Role.USER, "a b")], DecodingParams(max_tokens=100, response_format=fmt)
+    )
+    answer = json.loads("".join(d.text for d in await collect(FakeEngine(token_interval_s=0), req)))
+    jsonschema.validate(answer, schema)
+    assert answer["city"] == "You said: a b (turn 1)" and "note" not in answer
+    mode = ResponseFormat(type=OutputFormat.JSON_OBJECT)
+    req = GenerationRequest("r2", req.messages, DecodingParams(response_format=mode))
+    text = "".join(d.text for d in await collect(FakeEngine(token_interval_s=0), req))
+    assert json.loads(text) == {"answer": "You said: a b (turn 1)"}

@@ -9,7 +9,7 @@ import pytest
 
 from ws_edge.errors import InvalidMessage, UnsupportedParameter
 from ws_edge.http.chat_request import parse_chat_request, resume_message
-from ws_edge.messages import AudioPart, ImagePart, TextPart
+from ws_edge.messages import AudioPart, ImagePart, JsonSchemaFormat, TextPart
 
 
 def parse(conversation_id: str | None = None, idempotency_key: str | None = None, **body):
@@ -53,7 +53,7 @@ def test_sampling_fields_map_onto_the_turn():
         ("tools", [{"type": "function"}]),
         ("presence_penalty", 0.5),
         ("user", "u1"),
-        ("response_format", {"type": "json_object"}),
+        ("parallel_tool_calls", True),
     ],
 )
 def test_unsupported_fields_are_refused_by_name(field, value):
@@ -66,6 +66,17 @@ def test_unsupported_fields_are_refused_by_name(field, value):
 def test_neutral_values_and_nulls_are_accepted_as_left_out():
     chat = parse(n=1, presence_penalty=0, frequency_penalty=0, logprobs=False, tools=[], user=None)
     assert chat.create.text == "hello"
+
+
+def test_a_response_format_rides_on_the_turn_and_text_is_the_default():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
+    turn = parse(response_format=fmt).create
+    assert isinstance(turn.response_format, JsonSchemaFormat)
+    assert turn.response_format.json_schema.schema == schema
+    assert parse(response_format={"type": "text"}).create.response_format is None
+    with pytest.raises(InvalidMessage):
+        parse(response_format={"type": "xml"})
 
 
 def test_more_than_one_choice_is_refused():
