@@ -19,6 +19,7 @@ class FinishReason(enum.StrEnum):
     CANCELLED = "cancelled"  # the user (or the system) cancelled the turn
     ERROR = "error"  # the turn failed; an ErrorInfo says why
     SAFETY = "safety"  # refused by the safety checks (input blocked or output cut)
+    TOOL_CALLS = "tool_calls"  # the answer is calls of the turn's tools (their results next)
 
 
 class Role(enum.StrEnum):
@@ -37,6 +38,8 @@ class Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class OutputFormat(enum.StrEnum):
     JSON_OBJECT = "json_object"  # any JSON object
     JSON_SCHEMA = "json_schema"  # an instance of the given JSON Schema
+    # free text in which tagged pieces must follow their schemas (tool calls: schemas.tools)
+    STRUCTURAL_TAG = "structural_tag"
 
 
 class ResponseFormat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -46,8 +49,48 @@ class ResponseFormat(msgspec.Struct, frozen=True, forbid_unknown_fields=True, om
     byte for byte)."""
 
     type: OutputFormat
-    schema: str = ""  # json_schema only
+    schema: str = ""  # json_schema: the schema; structural_tag: the tags and their schemas
     name: str = ""  # the client's name for the schema (OpenAI's `json_schema.name`)
+
+
+class ToolChoiceMode(enum.StrEnum):
+    NONE = "none"  # no call: the tools are not even described
+    AUTO = "auto"  # the model decides: text, or a call
+    REQUIRED = "required"  # a call to one of the tools
+    NAMED = "named"  # a call to the tool `ToolChoice.name`
+
+
+class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A function the client (or a server-side tool) can run. `parameters`: the arguments'
+    JSON Schema as JSON text (checked at the edge)."""
+
+    name: str
+    description: str = ""
+    parameters: str = '{"type":"object"}'
+
+
+class ToolChoice(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    mode: ToolChoiceMode = ToolChoiceMode.AUTO
+    name: str = ""  # NAMED only
+
+
+class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A call the answer made. `call_id` is derived from the turn and the call's index, so
+    a regenerated or redelivered answer names the same call the same way (the client's
+    idempotency key for the side effect). `arguments`: JSON text, an instance of the tool's
+    parameters."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+class ToolResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What running a call returned, sent back by the client with its next turn."""
+
+    call_id: str
+    output: str
+    name: str = ""  # the tool's (the edge fills it in from the call when known)
 
 
 class DecodingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -221,6 +264,11 @@ class TurnSubmitted(Event, frozen=True, tag="turn.submitted"):
     # (as their `submitted`), for hops that lost the headers and for the trace's ClickHouse
     # row (runtime/tracing)
     traceparent: str = ""
+    # function calling: the tools this turn offers the model, how it may use them, and the
+    # results of the previous answer's calls that this turn returns (schemas.tools)
+    tools: list[ToolSpec] = []
+    tool_choice: ToolChoice | None = None  # None: auto when there are tools
+    tool_results: list[ToolResult] = []
 
 
 class SafetyStage(enum.StrEnum):
@@ -376,6 +424,7 @@ class TokenChunk(Event, frozen=True, tag="token.chunk"):
     text: str
     emitted_at_ms: float
     attempt: str = ""
+    call_index: int = -1  # >= 0: this text is part of the answer's tool call of that index
 
 
 class TurnStarted(Event, frozen=True, tag="turn.started"):
@@ -457,6 +506,7 @@ class TurnCompleted(Event, frozen=True, tag="turn.completed"):
     # row for each): the streaming check's, one per window, as the inference worker received
     # them; a blocked turn's input verdict. They ride here rather than in records of their own
     verdicts: list[SafetyVerdict] = []
+    tool_calls: list[ToolCall] = []  # finish_reason tool_calls: the calls the answer made
 
 
 class TurnTruncated(Event, frozen=True, tag="turn.truncated"):

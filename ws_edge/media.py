@@ -105,8 +105,8 @@ def turn_content(msg: CreateTurn, buffers: AudioBuffers, limits: MediaLimits) ->
                     streams.append(part.stream_id)
                 media.append(_audio(part, what, buffers, uploads))
     text = "\n".join(texts)
-    if not text.strip() and not media:
-        raise InvalidMessage("a turn needs text or media parts")
+    if not text.strip() and not media and not msg.tool_results:
+        raise InvalidMessage("a turn needs text, media parts or tool results")
     if len(text) > limits.max_text_chars:
         raise InvalidMessage(
             f"text is {len(text)} characters; the limit is {limits.max_text_chars}"

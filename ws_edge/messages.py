@@ -44,6 +44,7 @@ from schemas.events import (
     FeedbackKind,
     FinishReason,
     Timings,
+    ToolCall,
     TranscriptSegment,
     Usage,
 )
@@ -187,6 +188,47 @@ class JsonSchemaFormat(
 ResponseFormatOption = TextFormat | JsonObjectFormat | JsonSchemaFormat
 
 
+ToolName = Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9_-]{1,64}$(?!\\n)")]
+
+
+class FunctionDefinition(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A function the model may call: its arguments' JSON Schema in `parameters` (checked
+    like a response format's schema; left out: any object)."""
+
+    name: ToolName
+    description: Annotated[str, msgspec.Meta(max_length=4096)] = ""
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionTool(
+    msgspec.Struct, frozen=True, tag_field="type", tag="function", forbid_unknown_fields=True
+):
+    """A tool the client runs itself (OpenAI's shape)."""
+
+    function: FunctionDefinition
+
+
+class FunctionName(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: ToolName
+
+
+class NamedToolChoice(
+    msgspec.Struct, frozen=True, tag_field="type", tag="function", forbid_unknown_fields=True
+):
+    """Call this tool (the answer is one call of it)."""
+
+    function: FunctionName
+
+
+class ToolResultInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What running a call of the previous answer returned (`output`: any text, JSON
+    usually). The model reads it in this turn's prompt."""
+
+    call_id: Id
+    output: Annotated[str, msgspec.Meta(max_length=64 * 1024)]
+
+
 class CreateTurn(ClientMessage, tag="turn.create"):
     """Ask for an answer. `client_turn_id` makes a retry idempotent (same turn, answered once).
     A turn needs `text`, `parts`, or both (`text` then comes first).
@@ -213,6 +255,12 @@ class CreateTurn(ClientMessage, tag="turn.create"):
     image: ImageOptions | None = None
     # the answer's shape, enforced while decoding (JSON mode, a JSON Schema); left out: text
     response_format: ResponseFormatOption | None = None
+    # function calling: the tools the model may call (their calls come back as
+    # response.tool_call.* and the answer ends with finish_reason tool_calls); how it may
+    # (left out: auto); the results of the previous answer's calls, returned with this turn
+    tools: Annotated[list[FunctionTool], msgspec.Meta(max_length=32)] = []
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_results: Annotated[list[ToolResultInput], msgspec.Meta(max_length=32)] = []
 
 
 class CancelTurn(ClientMessage, tag="turn.cancel"):
@@ -401,6 +449,32 @@ class ResponseDelta(ServerEvent, tag="response.delta"):
     offset: int | None = None
 
 
+class ResponseToolCallDelta(ServerEvent, tag="response.tool_call.delta"):
+    """A piece of a tool call's JSON (`{"name": ..., "arguments": ...}`) as the model
+    writes it; `response.tool_call.done` has the whole call."""
+
+    turn_id: str
+    index: int
+    call_id: str
+    delta: str
+    epoch: int | None = None
+    offset: int | None = None
+
+
+class ResponseToolCallDone(ServerEvent, tag="response.tool_call.done"):
+    """A whole call: run it, and send its `output` back with the next `turn.create`
+    (`tool_results`). `call_id` is the same for a regenerated or redelivered answer:
+    the key that keeps a side effect from running twice."""
+
+    turn_id: str
+    index: int
+    call_id: str
+    name: str
+    arguments: str  # JSON, an instance of the tool's parameters
+    epoch: int | None = None
+    offset: int | None = None
+
+
 class ResponseImageProgress(ServerEvent, tag="response.image.progress"):
     """A picture is being generated: `step` of `steps` denoising steps done (0: it starts),
     at `width` x `height`. `notice`: what was clamped of the request (first event only).
@@ -442,6 +516,7 @@ class ResponseDone(ServerEvent, tag="response.done"):
     error: ErrorInfo | None = None
     epoch: int | None = None
     offset: int | None = None
+    tool_calls: list[ToolCall] = []  # finish_reason tool_calls: the calls to run
 
 
 class ResponseResumed(ServerEvent, tag="response.resumed"):
@@ -491,6 +566,8 @@ AnyServerEvent = (
     | ResponseStarted
     | ResponseRestarted
     | ResponseDelta
+    | ResponseToolCallDelta
+    | ResponseToolCallDone
     | ResponseRetracted
     | ResponseImageProgress
     | ResponseImage

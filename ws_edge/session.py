@@ -51,6 +51,7 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.events import ImageOptions as ImageRequest
+from schemas.tools import call_id
 from schemas.turn_log import START, LogPosition, ResumePlan
 from ws_edge.actions import (
     Action,
@@ -100,6 +101,8 @@ from ws_edge.messages import (
     ResponseResumed,
     ResponseRetracted,
     ResponseStarted,
+    ResponseToolCallDelta,
+    ResponseToolCallDone,
     ResumeResponse,
     SessionReady,
     SessionUpdate,
@@ -109,6 +112,7 @@ from ws_edge.messages import (
 )
 from ws_edge.response_format import decoding_format
 from ws_edge.route import Route
+from ws_edge.tools import turn_tools
 from ws_edge.voice.audio_timeline import AudioTimeline
 from ws_edge.voice.loop import (
     VadRules,
@@ -337,6 +341,16 @@ class Session(VoiceTurns):
                 if event.seq <= route.last_seq:
                     return actions  # a relay retry delivered it twice
                 route.last_seq = event.seq
+                if event.call_index >= 0:  # a piece of a tool call, not of the answer's text
+                    piece = ResponseToolCallDelta(
+                        event.turn_id,
+                        event.call_index,
+                        call_id(event.turn_id, event.call_index),
+                        event.text,
+                        epoch,
+                        offset,
+                    )
+                    return [*actions, Send(piece)]
                 route.shown_chars += len(event.text)
                 delta = ResponseDelta(event.turn_id, event.seq, event.text, epoch, offset)
                 return [*actions, Send(delta)]
@@ -373,8 +387,17 @@ class Session(VoiceTurns):
                         event.turn_id, OUTPUT_CUT, event.text, route.shown_chars
                     )
                     retract.append(Send(retracted))
+                calls = [
+                    Send(
+                        ResponseToolCallDone(
+                            event.turn_id, i, c.call_id, c.name, c.arguments, epoch, offset
+                        )
+                    )
+                    for i, c in enumerate(event.tool_calls)
+                ]
                 return [
                     *retract,
+                    *calls,
                     Send(
                         ResponseDone(
                             turn_id=event.turn_id,
@@ -386,6 +409,7 @@ class Session(VoiceTurns):
                             error=event.error,
                             epoch=epoch,
                             offset=offset,
+                            tool_calls=event.tool_calls,
                         )
                     ),
                     *self._nothing_to_speak(route, event),
@@ -719,6 +743,9 @@ class Session(VoiceTurns):
             ),
         )
         history = carried_history(msg, self._limits.max_history_chars)
+        tools, tool_choice, tool_results = turn_tools(
+            msg, max_schema_bytes=self._limits.max_schema_bytes
+        )
         speech = self._speech if msg.speech is msgspec.UNSET else self._speech_settings(msg.speech)
         turn = TurnSubmitted(
             turn_id=turn_id,
@@ -736,6 +763,9 @@ class Session(VoiceTurns):
             image=_image_request(msg),
             history=history,
             instructions=msg.instructions,
+            tools=tools,
+            tool_choice=tool_choice,
+            tool_results=tool_results,
         )
         route = Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
         route.carried = turn.truncates

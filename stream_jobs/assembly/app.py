@@ -46,6 +46,7 @@ from schemas.events import (
 )
 from schemas.ids import now_ms
 from schemas.prefix import cache_salt
+from schemas.tools import result_text
 from schemas.topics import (
     DEAD_LETTERS,
     IMAGES_REQUESTED,
@@ -62,6 +63,7 @@ from stream_jobs.assembly.prompt import (
     history_block_tokens,
     with_image_placeholders,
     with_instructions,
+    with_tools,
 )
 from stream_jobs.assembly.retrieval import Retriever
 from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker
@@ -289,8 +291,10 @@ class AssemblyJob:
         budget_tokens = self.config.max_model_len - answer_room
         messages, context = assemble(
             # a canary arm's own persona, then the client's system message (HTTP door)
-            persona=with_instructions(
-                submitted.persona or self.config.persona, submitted.instructions
+            persona=with_tools(
+                with_instructions(submitted.persona or self.config.persona, submitted.instructions),
+                submitted.tools,
+                submitted.tool_choice,
             ),
             profile=profile,
             passages=passages,
@@ -318,6 +322,7 @@ class AssemblyJob:
             or submitted.instructions
             or intent.pool == IMAGE_POOL
             or submitted.decoding.response_format is not None
+            or bool(submitted.tools or submitted.tool_results)
         )
         cached = (
             None if uncached else await self._cached(turn, state, len(history), profile, passages)
@@ -455,7 +460,11 @@ def _key(tenant_id: str, conversation_id: str) -> bytes:
 
 
 def _query(turn: TurnEnriched) -> str:
-    return with_image_placeholders(turn.text, len(turn.images))
+    """The user message as the model reads it: the results of the previous answer's tool
+    calls first (when the turn returns some), then the text with its image placeholders."""
+    text = with_image_placeholders(turn.text, len(turn.images))
+    results = turn.submitted.tool_results
+    return "\n".join(part for part in (result_text(results) if results else "", text) if part)
 
 
 def _merge(first: Decision, second: Decision) -> Decision:

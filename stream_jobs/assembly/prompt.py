@@ -16,8 +16,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from schemas.events import Message, PromptContext, Role
+from schemas.events import Message, PromptContext, Role, ToolChoice, ToolSpec
 from schemas.languages import language_name
+from schemas.tools import choice_in_force, tools_preamble
 from stream_jobs.assembly.state import StoredMessage
 
 MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators of a chat template, per message
@@ -50,6 +51,14 @@ def with_instructions(persona: str, instructions: str) -> str:
     """The deployment's persona, then the client's own system message: the client adds to
     the deployment's rules, it does not replace them."""
     return "\n\n".join(part for part in (persona, instructions) if part)
+
+
+def with_tools(system: str, tools: list[ToolSpec], choice: ToolChoice | None) -> str:
+    """The system message, then the tools the turn offers and how to call them (nothing
+    when it has none or may not call them)."""
+    if choice_in_force(tools, choice) is None:
+        return system
+    return "\n\n".join(part for part in (system, tools_preamble(tools)) if part)
 
 
 def system_text(persona: str, profile: str, passages: Sequence[Passage], language: str = "") -> str:

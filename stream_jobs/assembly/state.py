@@ -22,6 +22,7 @@ from schemas.events import (
     TurnCompleted,
     TurnEnriched,
 )
+from schemas.tools import call_text
 
 log = logging.getLogger("turnstream.assembly")
 
@@ -152,6 +153,8 @@ def on_completed(
             StoredMessage(Role.USER, user_text, count_tokens(user_text), completed.turn_id)
         )
         text = completed.text if heard is None else _heard_part(completed.text, heard.text)
+        if completed.tool_calls and heard is None:  # the calls, as the model wrote them
+            text += call_text(completed.tool_calls)
         if text:
             state.messages.append(
                 StoredMessage(Role.ASSISTANT, text, count_tokens(text), completed.turn_id)

@@ -18,6 +18,7 @@ from schemas.events import (
     Usage,
 )
 from workers.inference.engines.engine import GenerationDelta
+from workers.inference.tool_stream import CallSplitter
 
 
 @dataclass(slots=True)
@@ -37,6 +38,13 @@ class TurnProgress:
     completion_tokens: int = 0
     chunks: int = 0
     finish_reason: FinishReason | None = None
+    published: int = 0  # relay chunks sent (a delta may be split into text and a tool call)
+    # which pieces are tool calls (None: the turn's tools may not be called)
+    calls: CallSplitter | None = None
+
+    def next_seq(self) -> int:
+        self.published += 1
+        return self.published - 1
 
     def add(self, delta: GenerationDelta, now_ms: float) -> bool:
         """Record a delta; True when it carries text the client should see."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.prefix import PrefixMemory, cache_salt, estimated_tokens, message_chain
+from schemas.tools import call_constraint, choice_in_force, split_calls, whole_answer_is_a_call
 from workers.inference.engines.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.images.image_budget import Grant, ImageBudget
@@ -59,6 +59,7 @@ from workers.inference.progress import TurnProgress
 from workers.inference.replay import replay
 from workers.inference.speech.feed import SpeechFeed
 from workers.inference.speech.segments import SegmenterConfig
+from workers.inference.tool_stream import TEXT, CallSplitter
 from workers.runtime.attempt_lease import release_lease, wait_for_live_attempt
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder, final_outcome
@@ -225,15 +226,22 @@ class InferenceService:
             if cancelled:
                 await self._finish(progress, FinishReason.CANCELLED)
                 return
+            choice = choice_in_force(turn.tools, turn.tool_choice)
+            decoding = turn.decoding
+            if choice is not None:  # the answer may call a tool: held to well-formed calls
+                decoding = msgspec.structs.replace(
+                    decoding, response_format=call_constraint(turn.tools, choice)
+                )
+                progress.calls = CallSplitter(whole=whole_answer_is_a_call(choice))
             request = GenerationRequest(
                 request_id=turn.turn_id,
                 messages=assembled.messages,
-                decoding=turn.decoding,
+                decoding=decoding,
                 images=assembled.images,
                 priority=turn.priority,
                 cache_salt=cache_salt(turn.tenant_id, self.config.prefix_cache_per_tenant),
             )
-            model, decoding = self.engine.model_name, turn.decoding
+            model = self.engine.model_name
             with spans.generating(
                 model,
                 turn_id=turn.turn_id,
@@ -351,18 +359,7 @@ class InferenceService:
         reply_to = self.names.safety_channel(self.config.worker_id)
 
         async def relay(text: str) -> None:
-            self.relay.publish(
-                channel,
-                TokenChunk(
-                    turn_id=turn.turn_id,
-                    seq=next(shown),
-                    text=text,
-                    emitted_at_ms=self.clock_ms(),
-                    attempt=progress.attempt,
-                ),
-            )
-            if speech is not None:
-                await speech.shown(text)
+            await self._show(channel, progress, text, speech, self.clock_ms())
 
         async def send_window(window: Window) -> None:
             event = OutputWindow(
@@ -396,7 +393,6 @@ class InferenceService:
             if task is not None:  # also from inside it: it ends cancelled at its next step
                 task.cancel()
 
-        shown = itertools.count()
         guard = OutputGuard(
             OutputGate(gate),
             relay=relay,
@@ -477,6 +473,7 @@ class InferenceService:
             if guard is not None:
                 await guard.finish()
                 await guard.wait_settled()
+            await self._show(channel, progress, "", speech, self.clock_ms(), last=True)
             return
         if request.images:
             if not self.engine.accepts_images:
@@ -503,6 +500,7 @@ class InferenceService:
         if guard is not None:  # the last window is judged before the answer ends
             await guard.finish()
             await guard.wait_settled()
+        await self._show(channel, progress, "", speech, self.clock_ms(), last=True)
 
     async def _stream(
         self,
@@ -526,18 +524,39 @@ class InferenceService:
                 if guard is not None:  # shown when (and as) the safety check allows
                     await guard.delta(delta.text, delta.new_tokens)
                     continue
-                self.relay.publish(
-                    channel,
-                    TokenChunk(
-                        turn_id=request.request_id,
-                        seq=progress.chunks - 1,
-                        text=delta.text,
-                        emitted_at_ms=now,
-                        attempt=progress.attempt,
-                    ),
-                )
-                if speech is not None:
-                    await speech.shown(delta.text)
+                await self._show(channel, progress, delta.text, speech, now)
+
+    async def _show(
+        self,
+        channel: str,
+        progress: TurnProgress,
+        text: str,
+        speech: SpeechFeed | None,
+        now: float,
+        *,
+        last: bool = False,
+    ) -> None:
+        """Relay a piece of the answer: its text, and the text of its tool calls marked
+        with their index (never spoken). `last`: the answer ended; show what a call tag
+        split across deltas held back."""
+        if progress.calls is None:
+            pieces = [(TEXT, text)] if text else []
+        else:
+            pieces = progress.calls.push(text) + (progress.calls.flush() if last else [])
+        for index, piece in pieces:
+            self.relay.publish(
+                channel,
+                TokenChunk(
+                    turn_id=progress.turn.turn_id,
+                    seq=progress.next_seq(),
+                    text=piece,
+                    emitted_at_ms=now,
+                    attempt=progress.attempt,
+                    call_index=index,
+                ),
+            )
+            if speech is not None and index == TEXT:
+                await speech.shown(piece)
 
     async def _finish(
         self,
@@ -571,6 +590,8 @@ class InferenceService:
             await speech.finish(completed.finish_reason)
         if replacement is not None:
             completed = msgspec.structs.replace(completed, text=replacement)
+        elif progress.calls is not None:
+            completed = with_tool_calls(completed, turn)
         if output_safety is not None or screening is not None:
             completed = msgspec.structs.replace(
                 completed,
@@ -599,6 +620,22 @@ class InferenceService:
         progress = TurnProgress(event.submitted, event)
         error = ErrorInfo("internal_error", f"the turn failed: {reason}"[:500], retryable=True)
         await self._finish(progress, FinishReason.ERROR, error)
+
+
+def with_tool_calls(completed: TurnCompleted, turn: TurnSubmitted) -> TurnCompleted:
+    """The answer's tool calls read out of its text; an answer that ended by itself with a
+    call ends with `tool_calls` (a cut or cancelled one keeps its own reason, its calls
+    too: the client decides whether to run a call it saw whole)."""
+    choice = choice_in_force(turn.tools, turn.tool_choice)
+    if choice is None:
+        return completed
+    text, calls = split_calls(completed.text, turn.turn_id, whole=whole_answer_is_a_call(choice))
+    if not calls:
+        return completed
+    finish = completed.finish_reason
+    if finish in (FinishReason.STOP, FinishReason.LENGTH) and completed.error is None:
+        finish = FinishReason.TOOL_CALLS
+    return msgspec.structs.replace(completed, text=text, tool_calls=calls, finish_reason=finish)
 
 
 def _replacement(guard: OutputGuard | None, finish: FinishReason) -> str | None:

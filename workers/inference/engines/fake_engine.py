@@ -38,8 +38,9 @@ def fake_answer(request: GenerationRequest) -> list[str]:
     turns = sum(1 for m in request.messages if m.role == Role.USER)
     seen = f", {len(request.images)} images" if request.images else ""
     text = f"You said: {last_user} (turn {turns}{seen})"
-    if request.decoding.response_format is not None:
-        text = fake_json(request.decoding.response_format, text)
+    fmt = request.decoding.response_format
+    if fmt is not None and fmt.type != OutputFormat.STRUCTURAL_TAG:  # tagged: free text
+        text = fake_json(fmt, text)
     words = text.split(" ")
     return [w if i == 0 else " " + w for i, w in enumerate(words)]
 

@@ -54,6 +54,8 @@ def structured_outputs(response_format: ResponseFormat | None) -> Any:
 
     if response_format.type == OutputFormat.JSON_OBJECT:
         return StructuredOutputsParams(json_object=True)
+    if response_format.type == OutputFormat.STRUCTURAL_TAG:
+        return StructuredOutputsParams(structural_tag=response_format.schema)
     return StructuredOutputsParams(json=response_format.schema)
 
 

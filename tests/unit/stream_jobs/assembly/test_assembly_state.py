@@ -3,8 +3,18 @@ completions, redeliveries recognised, floods refused, stale turns released."""
 
 from __future__ import annotations
 
-from harness.factories import completed, enriched
-from schemas.events import ErrorInfo, FinishReason, ImageInput, Role
+from harness.factories import completed, enriched, submitted
+from schemas.events import (
+    ErrorInfo,
+    FinishReason,
+    ImageInput,
+    Role,
+    ToolCall,
+    ToolResult,
+    TurnEnriched,
+)
+from schemas.tools import split_calls
+from stream_jobs.assembly.app import _query
 from stream_jobs.assembly.state import (
     ConversationState,
     HistoryLimits,
@@ -177,3 +187,36 @@ def test_the_in_flight_turns_route_survives_a_restart_and_ends_with_it():
     assert restored.in_flight_route == Route(pool="chat", worker_id="w1", partition=3)
     assert complete(restored, completed("t1")).release == [second]
     assert restored.in_flight == second and restored.in_flight_route is None
+
+
+def test_an_answers_tool_calls_stay_in_the_history_as_the_model_wrote_them():
+    """The next turn returns their results: the model must see which calls it made."""
+    state = ConversationState()
+    enrich(state, enriched("t1", "weather in Oslo?"))
+    call = ToolCall("call_t1_0", "get_weather", '{"city":"Oslo"}')
+    done = completed(
+        "t1", text="Checking.", finish_reason=FinishReason.TOOL_CALLS, tool_calls=[call]
+    )
+    complete(state, done, user_text="weather in Oslo?")
+    stored = state.messages[-1]
+    assert stored.role == Role.ASSISTANT
+    assert stored.content.startswith("Checking.<tool_call>")
+    assert split_calls(stored.content, "t1", whole=False)[1][0].arguments == '{"city":"Oslo"}'
+
+
+def test_a_turn_that_returns_tool_results_reads_them_before_its_text():
+    results = [ToolResult("call_t1_0", '{"sky":"clear"}', "get_weather")]
+    turn = TurnEnriched(
+        turn_id="t2",
+        submitted=submitted("t2", text="and tomorrow?", tool_results=results),
+        text="and tomorrow?",
+    )
+    query = _query(turn)
+    assert query.index("<tool_response>") < query.index("and tomorrow?")
+    assert '{\\"sky\\":\\"clear\\"}' in query and "get_weather" in query
+    alone = TurnEnriched(
+        turn_id="t3", submitted=submitted("t3", text="", tool_results=results), text=""
+    )
+    assert _query(alone).startswith("<tool_response>") and _query(alone).endswith(
+        "</tool_response>"
+    )

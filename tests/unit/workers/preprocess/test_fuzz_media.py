@@ -507,7 +507,7 @@ def test_a_turns_parts_become_bounded_uploads_or_an_error(msg: CreateTurn, mic: 
     except (InvalidMessage, MediaTooLarge):
         assert buffers.peek("mic") == mic, "a refused turn took the stream's audio"
         return
-    assert content.text.strip() or content.media
+    assert content.text.strip() or content.media or msg.tool_results
     assert len(content.text) <= TURN_LIMITS.max_text_chars
     assert sum(len(u.data) for u in content.uploads) <= TURN_LIMITS.max_media_bytes
     assert sum(m.kind == "image" for m in content.media) <= TURN_LIMITS.max_images
