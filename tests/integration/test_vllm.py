@@ -318,3 +318,49 @@ async def test_auto_tool_choice_compiles_and_lets_the_model_answer_in_text(tiny_
     for call in calls:  # whatever the model chose, a call it made is well-formed
         jsonschema.validate(json.loads(call.arguments), WEATHER_TOOL.function.parameters)
     assert rest or calls
+
+
+async def test_the_openai_sdk_drives_a_tool_round_trip_on_the_http_door(vllm_pipeline):
+    """OpenAI's own client, stateless as it is used: tools and tool_choice in, a call out
+    (whole and streamed), its result sent back as a `tool` message, an answer after it."""
+    sdk = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{vllm_pipeline.edge.http_port}/v1",
+        api_key=vllm_pipeline.token("sdk-tools"),
+        max_retries=0,
+    )
+    tools = [msgspec.to_builtins(WEATHER_TOOL)]
+    question = [{"role": "user", "content": "weather in Oslo?"}]
+    first = await sdk.chat.completions.create(
+        model="any", messages=question, tools=tools, tool_choice="required", max_tokens=48
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL.function.parameters)
+    streamed = await sdk.chat.completions.create(
+        model="any",
+        messages=question,
+        tools=tools,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=48,
+        stream=True,
+    )
+    chunks = [c async for c in streamed]
+    [piece] = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    assert piece.function.name == "get_weather" and chunks[-1].choices[0].finish_reason == (
+        "tool_calls"
+    )
+    after = await sdk.chat.completions.create(
+        model="any",
+        messages=[
+            *question,
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "clear"}'},
+        ],
+        tools=tools,
+        tool_choice="none",
+        max_tokens=8,
+    )
+    assert after.choices[0].finish_reason in ("stop", "length")
+    assert not after.choices[0].message.tool_calls

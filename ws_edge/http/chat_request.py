@@ -12,7 +12,9 @@ application written for another provider changes only its base URL and key); the
 
 Messages: `system`/`developer` messages become the turn's `instructions`; the last message
 must be the user's, and is the turn (its text, `image_url` parts by https or `data:` URL,
-`input_audio` parts); the messages before it are the history the client carries. With a
+`input_audio` parts), or the turn is the `tool` messages at the end (the results of the
+previous answer's calls); the messages before it are the history the client carries, its
+calls and results written as the model reads them (schemas.tools). With a
 conversation id (the `X-Turnstream-Conversation-Id` header or `metadata.conversation_id`) the
 server keeps the history instead, and the request then holds only the new user message (and
 system messages).
@@ -27,16 +29,21 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from schemas.events import ToolCall, ToolResult
+from schemas.tools import call_text, result_text
 from ws_edge.errors import InvalidMessage, UnsupportedParameter
 from ws_edge.messages import (
     AudioPart,
     CreateTurn,
+    FunctionTool,
     HistoryMessage,
     ImagePart,
+    NamedToolChoice,
     Part,
     ResponseFormatOption,
     ResumeResponse,
     TextPart,
+    ToolResultInput,
 )
 
 CONVERSATION_HEADER = "X-Turnstream-Conversation-Id"
@@ -50,6 +57,7 @@ NEUTRAL: dict[str, Any] = {
     "tools": [],
     "store": False,
     "response_format": {"type": "text"},
+    "parallel_tool_calls": True,  # in `auto` an answer may call several tools
 }
 SUPPORTED = frozenset(
     {
@@ -66,6 +74,8 @@ SUPPORTED = frozenset(
         "n",
         "metadata",
         "response_format",
+        "tools",
+        "tool_choice",
     }
 )
 
@@ -95,10 +105,23 @@ class InputAudioContent(msgspec.Struct, frozen=True, tag_field="type", tag="inpu
 ContentPart = TextContent | ImageUrlContent | InputAudioContent
 
 
+class CalledFunction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    arguments: str
+
+
+class MessageToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    id: str
+    type: Literal["function"]
+    function: CalledFunction
+
+
 class ChatMessage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None  # an assistant's
+    tool_call_id: str | None = None  # a tool message's: the call it answers
 
 
 class StreamOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -126,6 +149,8 @@ class ChatRequest(msgspec.Struct, frozen=True):
     n: int = 1
     metadata: dict[str, str] | None = None  # conversation_id: the server keeps the history
     response_format: ResponseFormatOption | None = None  # checked by the session, as on WS
+    tools: list[FunctionTool] | None = None  # checked by the session, as on WS
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +188,10 @@ def parse_chat_request(
     if request.stream_options is not None and not request.stream:
         raise InvalidMessage("stream_options needs stream: true")
     conversation = conversation_id or (request.metadata or {}).get("conversation_id")
-    instructions, history, last = _split(request.messages, server_history=bool(conversation))
-    text, parts = _content(last)
+    instructions, history, last, results = _split(
+        request.messages, server_history=bool(conversation)
+    )
+    text, parts = _content(last) if last is not None else ("", [])
     if conversation is None:
         conversation, client_turn_id = _stateless_ids(idempotency_key)
     else:
@@ -184,6 +211,9 @@ def parse_chat_request(
         "history": history,
         "instructions": instructions,
         "response_format": request.response_format,
+        "tools": request.tools or [],
+        "tool_choice": request.tool_choice,
+        "tool_results": results,
     }
     given = {k: v for k, v in create.items() if v is not None}
     try:
@@ -220,27 +250,65 @@ def _without_nulls(value: Any) -> Any:
 
 def _split(
     messages: list[ChatMessage], *, server_history: bool
-) -> tuple[str, list[HistoryMessage] | None, ChatMessage]:
-    """(instructions, the carried history, the turn's own message)."""
+) -> tuple[str, list[HistoryMessage] | None, ChatMessage | None, list[ToolResultInput]]:
+    """(instructions, the carried history, the turn's own user message, the tool results
+    it returns). The turn is the last user message, or the tool messages at the end (the
+    results of the last answer's calls; the turn then has no text). Calls and results
+    earlier in a carried history read as the model wrote and read them (schemas.tools)."""
     if not messages:
         raise InvalidMessage("messages is empty: the last message must be the user's")
-    last = messages[-1]
-    if last.role != "user":
-        raise InvalidMessage(f"the last message is the {last.role}'s; it must be the user's")
+    end = len(messages)
+    while end > 0 and messages[end - 1].role == "tool":
+        end -= 1
+    results = [_result(m, i) for i, m in enumerate(messages[end:], start=end)]
+    last: ChatMessage | None = None
+    if not results:
+        last = messages[-1]
+        if last.role != "user":
+            raise InvalidMessage(
+                f"the last message is the {last.role}'s; it must be the user's (or tool results)"
+            )
+        end -= 1
     instructions: list[str] = []
     history: list[HistoryMessage] = []
-    for i, message in enumerate(messages[:-1]):
+    names: dict[str, str] = {}  # call id -> tool name, for the results that answer them
+    for i, message in enumerate(messages[:end]):
         if message.role in ("system", "developer"):
             instructions.append(_text_only(message, i))
-        elif server_history:
+        elif server_history and not (results and message.role == "assistant"):
             raise InvalidMessage(
                 f"messages[{i}] is a {message.role} message: with a conversation id the server "
-                "keeps the history, so send only the new user message (and system messages)"
+                "keeps the history, so send only the new user message or the tool results "
+                "(and system messages)"
             )
+        elif server_history:
+            continue  # the answer whose calls these results answer: the server has it
+        elif message.role == "tool":
+            result = _result(message, i)
+            named = ToolResult(result.call_id, result.output, names.get(result.call_id, ""))
+            history.append(HistoryMessage("user", result_text([named])))
+        elif message.role == "assistant":
+            calls = [
+                ToolCall(c.id, c.function.name, c.function.arguments)
+                for c in message.tool_calls or []
+            ]
+            names.update((c.call_id, c.name) for c in calls)
+            history.append(HistoryMessage("assistant", _text_only(message, i) + call_text(calls)))
         else:
-            role: Literal["user", "assistant"] = "user" if message.role == "user" else "assistant"
-            history.append(HistoryMessage(role, _text_only(message, i)))
-    return "\n\n".join(instructions), None if server_history else history, last
+            history.append(HistoryMessage("user", _text_only(message, i)))
+    return "\n\n".join(instructions), None if server_history else history, last, results
+
+
+def _result(message: ChatMessage, index: int) -> ToolResultInput:
+    if message.role != "tool" or not message.tool_call_id:
+        raise InvalidMessage(f"messages[{index}]: a tool message needs its tool_call_id")
+    try:
+        return msgspec.convert(
+            {"call_id": message.tool_call_id, "output": _text_only(message, index)},
+            ToolResultInput,
+        )
+    except msgspec.ValidationError as exc:
+        raise InvalidMessage(f"messages[{index}]: {exc}") from None
 
 
 def _text_only(message: ChatMessage, index: int) -> str:

@@ -13,13 +13,17 @@ text so far), an answer the output safety check cut (`retracted`, with the canne
 that replaces it), a resume whose history had expired (`resumed: "expired"`, the whole
 answer in the last chunk's `text`), and the transcript of the turn's audio.
 
+Tool calls: each `response.tool_call.done` is one chunk with the whole call in
+`delta.tool_calls` (its pieces are not streamed: OpenAI's clients join what they get), and
+the answer ends with `finish_reason: "tool_calls"`.
+
 Not streamed: the same events gathered into one `chat.completion`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -31,10 +35,14 @@ from ws_edge.http.shapes import (
     Choice,
     ChunkChoice,
     ChunkDelta,
+    ChunkToolCall,
     CompletionUsage,
     ErrorDetail,
     ErrorResponse,
+    FinishName,
+    FunctionCall,
     PromptTokensDetails,
+    ToolCallObject,
 )
 from ws_edge.messages import (
     ErrorEvent,
@@ -45,6 +53,7 @@ from ws_edge.messages import (
     ResponseResumed,
     ResponseRetracted,
     ResponseStarted,
+    ResponseToolCallDone,
     ServerEvent,
     TurnAccepted,
 )
@@ -52,8 +61,9 @@ from ws_edge.messages import (
 DONE_FRAME = "data: [DONE]\n\n"
 HEARTBEAT_FRAME = ": keep-alive\n\n"
 RETRY_FRAME = "retry: 500\n\n"  # EventSource: reconnect after 0.5 s (its default is ~3 s)
-_FINISH: dict[FinishReason, Literal["stop", "length", "content_filter"]] = {
+_FINISH: dict[FinishReason, FinishName] = {
     FinishReason.STOP: "stop",
+    FinishReason.TOOL_CALLS: "tool_calls",
     FinishReason.LENGTH: "length",
     FinishReason.CANCELLED: "stop",
     FinishReason.SAFETY: "content_filter",
@@ -146,6 +156,15 @@ class ChatStream:
                     self.text.clear()
                 chunk = self._chunk(ChunkDelta(), turnstream={"resumed": event.status})
                 return [_frame(chunk, event_id(event.epoch, event.offset))]
+            case ResponseToolCallDone():  # whole, in one chunk (the pieces add nothing)
+                call = ChunkToolCall(
+                    event.index,
+                    event.call_id,
+                    "function",
+                    FunctionCall(event.name, event.arguments),
+                )
+                chunk = self._chunk(ChunkDelta(tool_calls=[call]))
+                return [_frame(chunk, event_id(event.epoch, event.offset))]
             case ResponseDone():
                 return self._finish(event)
             case ErrorEvent():
@@ -200,7 +219,12 @@ class ChatStream:
         assert self.done is not None
         done = self.done
         cut = done.error is not None and done.error.code == OUTPUT_CUT
-        message = AssistantMessage("assistant", done.text, done.text if cut else None)
+        calls = [
+            ToolCallObject(c.call_id, "function", FunctionCall(c.name, c.arguments))
+            for c in done.tool_calls
+        ]
+        content = done.text or (None if calls else "")
+        message = AssistantMessage("assistant", content, done.text if cut else None, calls or None)
         finish = _FINISH.get(done.finish_reason, "stop")
         about: dict[str, Any] = {"turn_id": self.turn_id, "conversation_id": self.conversation_id}
         if done.error is not None:

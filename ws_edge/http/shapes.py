@@ -21,15 +21,39 @@ class CompletionUsage(msgspec.Struct, frozen=True):
     prompt_tokens_details: PromptTokensDetails
 
 
+FinishName = Literal["stop", "length", "content_filter", "tool_calls"]
+
+
+class FunctionCall(msgspec.Struct, frozen=True):
+    name: str
+    arguments: str  # JSON, an instance of the tool's parameters
+
+
+class ToolCallObject(msgspec.Struct, frozen=True):
+    """A call the answer made (OpenAI's `tool_calls` item; streamed whole, in one chunk)."""
+
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class ChunkToolCall(msgspec.Struct, frozen=True):
+    index: int
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
 class ChunkDelta(msgspec.Struct, frozen=True, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
 
 
 class ChunkChoice(msgspec.Struct, frozen=True):
     index: int
     delta: ChunkDelta
-    finish_reason: Literal["stop", "length", "content_filter"] | None
+    finish_reason: FinishName | None
 
 
 class ChatCompletionChunk(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -45,16 +69,17 @@ class ChatCompletionChunk(msgspec.Struct, frozen=True, omit_defaults=True):
     turnstream: dict[str, Any] | None = None
 
 
-class AssistantMessage(msgspec.Struct, frozen=True):
+class AssistantMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     role: Literal["assistant"]
-    content: str
+    content: str | None  # None when the answer is only tool calls
     refusal: str | None  # the canned reply, when the output safety check cut the answer
+    tool_calls: list[ToolCallObject] | None = None
 
 
 class Choice(msgspec.Struct, frozen=True):
     index: int
     message: AssistantMessage
-    finish_reason: Literal["stop", "length", "content_filter"]
+    finish_reason: FinishName
     logprobs: None
 
 

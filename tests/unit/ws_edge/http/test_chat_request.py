@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from schemas.events import ToolCall, ToolResult
+from schemas.tools import call_text, result_text
 from ws_edge.errors import InvalidMessage, UnsupportedParameter
 from ws_edge.http.chat_request import parse_chat_request, resume_message
 from ws_edge.messages import AudioPart, ImagePart, JsonSchemaFormat, TextPart
@@ -50,10 +52,10 @@ def test_sampling_fields_map_onto_the_turn():
     ("field", "value"),
     [
         ("logit_bias", {"1": 2}),
-        ("tools", [{"type": "function"}]),
+        ("functions", [{"name": "f"}]),
         ("presence_penalty", 0.5),
         ("user", "u1"),
-        ("parallel_tool_calls", True),
+        ("parallel_tool_calls", False),
     ],
 )
 def test_unsupported_fields_are_refused_by_name(field, value):
@@ -111,17 +113,48 @@ def test_the_last_message_must_be_the_users():
         parse(messages=[])
 
 
-def test_tool_messages_and_tool_calls_are_refused():
-    with pytest.raises(InvalidMessage):
-        parse(messages=[{"role": "tool", "content": "x", "tool_call_id": "1"}])
-    with pytest.raises(InvalidMessage, match="tool_calls"):
-        parse(
-            messages=[
-                {"role": "user", "content": "a"},
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
-                {"role": "user", "content": "b"},
-            ]
-        )
+def test_tools_ride_on_the_turn_and_trailing_tool_messages_are_its_results():
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+    }
+    chat = parse(
+        tools=[weather],
+        tool_choice="auto",
+        messages=[
+            {"role": "user", "content": "weather in Oslo?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+    )
+    turn = chat.create
+    assert [t.function.name for t in turn.tools] == ["get_weather"] and turn.tool_choice == "auto"
+    assert turn.text == "" and [(r.call_id, r.output) for r in turn.tool_results] == [
+        ("call_1", "sunny")
+    ]
+    assert [m.role for m in turn.history] == ["user", "assistant"]
+    assert turn.history[1].content == call_text(
+        [ToolCall("call_1", "get_weather", '{"city":"Oslo"}')]
+    )
+
+
+def test_results_in_a_carried_history_read_as_the_model_read_them():
+    call = {"id": "c9", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    turn = parse(
+        messages=[
+            {"role": "user", "content": "add"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c9", "content": "3"},
+            {"role": "assistant", "content": "It is 3."},
+            {"role": "user", "content": "thanks"},
+        ]
+    ).create
+    assert turn.history[2].content == result_text([ToolResult("c9", "3", "add")])
+    assert turn.text == "thanks" and not turn.tool_results
+    with pytest.raises(InvalidMessage, match="tool_call_id"):
+        parse(messages=[{"role": "tool", "content": "x"}])
 
 
 def test_media_parts_of_the_last_message_become_the_turns_parts():

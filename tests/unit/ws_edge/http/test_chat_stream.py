@@ -7,7 +7,7 @@ import json
 
 import msgspec
 
-from schemas.events import ErrorInfo, FinishReason, Timings, Usage
+from schemas.events import ErrorInfo, FinishReason, Timings, ToolCall, Usage
 from ws_edge.http.chat_stream import DONE_FRAME, ChatStream, event_id, turn_of
 from ws_edge.messages import (
     ErrorEvent,
@@ -16,6 +16,8 @@ from ws_edge.messages import (
     ResponseRestarted,
     ResponseRetracted,
     ResponseStarted,
+    ResponseToolCallDelta,
+    ResponseToolCallDone,
     TurnAccepted,
 )
 from ws_edge.outbox import Outbox
@@ -146,3 +148,27 @@ async def test_chunks_that_wait_for_a_reader_behind_are_joined_at_the_last_posit
     assert [parsed(f)[0] for f in await box.take_all()] == ["0-4"]  # taken: not joined
     chat.record(ResponseDelta("t1", 3, "!", 0, 4))
     assert "".join(chat.text) == "Hello there!"
+
+
+def test_tool_calls_stream_whole_in_one_chunk_and_end_the_answer_as_tool_calls():
+    chat = stream()
+    call = ToolCall("call_t1_0", "get_weather", '{"city":"Oslo"}')
+    assert chat.frames(ResponseToolCallDelta("t1", 0, "call_t1_0", '{"name"', 0, 3)) == []
+    frames = chat.frames(
+        ResponseToolCallDone("t1", 0, "call_t1_0", call.name, call.arguments, 0, 4)
+    )
+    event_id_, chunk = parsed(frames[0])
+    assert event_id_ == "0-4"
+    assert chunk["choices"][0]["delta"]["tool_calls"] == [
+        {
+            "index": 0,
+            "id": "call_t1_0",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+        }
+    ]
+    ended = ResponseDone("t1", FinishReason.TOOL_CALLS, "", USAGE, TIMINGS, "m", None, 0, 9, [call])
+    final = parsed(chat.frames(ended)[0])[1]
+    assert final["choices"][0]["finish_reason"] == "tool_calls"
+    message = msgspec.to_builtins(chat.completion())["choices"][0]["message"]
+    assert message["content"] is None and message["tool_calls"][0]["id"] == "call_t1_0"
