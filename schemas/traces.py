@@ -101,6 +101,14 @@ class TraceRow:
     image_generate_ms: float
     image_notice: str
     language: str  # the spoken language (ISO 639-1), '' for typed turns: migration 0017
+    # structured output and function calling (docs/tools.md): migration 0018
+    response_format: str  # '' | json_object | json_schema
+    tools_offered: int
+    tool_choice: str  # '' (no tools) | none | auto | required | named
+    tool_calls: list[str]  # the called tools' names, in order
+    tool_call_ids: list[str]
+    tool_arguments_bytes: int
+    tool_result_ids: list[str]  # the calls whose results this turn returned
     submitted_at: datetime
     completed_at: datetime
 
@@ -129,6 +137,8 @@ def build_trace(
     media = submitted.media
     checked = completed.output_safety if completed is not None else None
     image = completed.image if completed is not None else None
+    calls = completed.tool_calls if completed is not None else []
+    fmt = submitted.decoding.response_format
     if completed is None:
         if closed_at_ms is None:
             raise ValueError("a turn without turn.completed needs closed_at_ms")
@@ -208,6 +218,13 @@ def build_trace(
         image_generate_ms=image.generate_ms if image else 0.0,
         image_notice=image.notice if image else "",
         language=language,
+        response_format=str(fmt.type) if fmt is not None else "",
+        tools_offered=len(submitted.tools),
+        tool_choice=_tool_choice(submitted),
+        tool_calls=[c.name for c in calls],
+        tool_call_ids=[c.call_id for c in calls],
+        tool_arguments_bytes=sum(len(c.arguments.encode()) for c in calls),
+        tool_result_ids=[r.call_id for r in submitted.tool_results],
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )
@@ -215,3 +232,9 @@ def build_trace(
 
 def _utc(epoch_ms: float) -> datetime:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+
+
+def _tool_choice(submitted: TurnSubmitted) -> str:
+    if not submitted.tools:
+        return ""
+    return str(submitted.tool_choice.mode) if submitted.tool_choice else "auto"

@@ -112,3 +112,44 @@ REPORT = textwrap.dedent("""
 def test_the_report_summarises_the_layers(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check_in_fresh_engine(REPORT, tmp_path)
+
+
+TOOL_CALLS = textwrap.dedent("""
+    import time
+
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
+    from runtime.settings import Settings
+    from schemas.events import FinishReason, ToolCall, ToolResult, ToolSpec
+    from schemas.traces import TRACE_COLUMNS, build_trace
+    from harness.factories import completed, submitted
+
+    now = time.time() * 1000
+    client = connect(Settings.from_env())
+    migrate(client)
+    tools = [ToolSpec("get_weather"), ToolSpec("add")]
+    calls = [ToolCall("call_a_0", "get_weather", "{}"), ToolCall("call_a_1", "add", "{}")]
+    asked = submitted("a", tools=tools, submitted_at_ms=now)
+    called = completed("a", finish_reason=FinishReason.TOOL_CALLS, tool_calls=calls,
+                       completed_at_ms=now + 100)
+    answered = submitted("b", tools=tools, submitted_at_ms=now + 350,
+                         tool_results=[ToolResult("call_a_0", "sunny")])
+    rows = [
+        build_trace(asked, completed=called).values(),
+        build_trace(answered, completed=completed("b", completed_at_ms=now + 400)).values(),
+    ]
+    client.insert("turnstream.traces", rows, column_names=list(TRACE_COLUMNS))
+    got = client.query(
+        "SELECT name, call_id, finish_reason, result_turn_id, client_ms "
+        "FROM turnstream.tool_calls ORDER BY call_id"
+    ).result_rows
+    assert got == [
+        ("get_weather", "call_a_0", "tool_calls", "b", 250),
+        ("add", "call_a_1", "tool_calls", "", None),  # its result never came
+    ], got
+    print("ok")
+""")
+
+
+def test_tool_calls_pair_with_the_turns_that_returned_their_results(tmp_path):
+    check_in_fresh_engine(TOOL_CALLS, tmp_path)

@@ -8,12 +8,20 @@ import pytest
 
 from harness.factories import completed, submitted
 from schemas.events import (
+    DecodingParams,
     ErrorInfo,
     FinishReason,
     MediaKind,
     MediaRef,
+    OutputFormat,
     PromptContext,
+    ResponseFormat,
     Timings,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceMode,
+    ToolResult,
+    ToolSpec,
     Usage,
 )
 from schemas.traces import TRACE_COLUMNS, Prices, build_trace
@@ -65,3 +73,29 @@ def test_a_turn_whose_completion_never_came_is_timed_out():
     assert row.e2e_ms == 60_000.0
     with pytest.raises(ValueError, match="closed_at_ms"):
         build_trace(submitted("t4"))
+
+
+def test_a_turns_format_tools_calls_and_returned_results():
+    weather = ToolSpec("get_weather", "", "{}")
+    turn = submitted(
+        "t2",
+        tools=[weather, ToolSpec("add")],
+        tool_choice=ToolChoice(ToolChoiceMode.REQUIRED),
+        tool_results=[ToolResult("call_t1_0", "sunny")],
+    )
+    call = ToolCall("call_t2_0", "get_weather", '{"city":"Oslo"}')
+    done = completed("t2", finish_reason=FinishReason.TOOL_CALLS, tool_calls=[call])
+    row = build_trace(turn, completed=done)
+    assert (row.tools_offered, row.tool_choice, row.tool_calls) == (2, "required", ["get_weather"])
+    assert row.tool_call_ids == ["call_t2_0"] and row.tool_arguments_bytes == 15
+    assert row.tool_result_ids == ["call_t1_0"] and row.finish_reason == "tool_calls"
+    plain = build_trace(submitted("t3"), completed=completed("t3"))
+    assert (plain.tool_choice, plain.tool_calls, plain.response_format) == ("", [], "")
+    shaped = submitted(
+        "t4", decoding=DecodingParams(response_format=ResponseFormat(OutputFormat.JSON_OBJECT))
+    )
+    assert build_trace(shaped, completed=completed("t4")).response_format == "json_object"
+    assert (
+        build_trace(submitted("t5", tools=[weather]), completed=None, closed_at_ms=2e3).tool_choice
+        == "auto"
+    )
