@@ -25,7 +25,7 @@ from schemas.events import (
 )
 from schemas.topics import assembled_topics
 from ws_edge.client import EdgeClient, image_part
-from ws_edge.messages import ResponseStarted
+from ws_edge.messages import FunctionDefinition, FunctionTool, ResponseStarted, ToolResultInput
 
 pytestmark = pytest.mark.integration
 
@@ -164,3 +164,40 @@ async def test_uploaded_images_are_screened_by_the_detector_and_a_stopped_one_st
     (verdict,) = completed.verdicts
     assert isinstance(verdict, SafetyVerdict) and verdict.action == SafetyAction.BLOCK
     assert "sexual_image" in verdict.labels and verdict.scores["image.FACE_FEMALE"] > 0.5
+
+
+async def test_tool_results_are_screened_and_an_allowed_one_reaches_the_prompt(fake_pipeline):
+    """A tool's output reaches the prompt as the user's words do: an injection hidden in
+    what a tool fetched is stopped like a typed one (indirect prompt injection)."""
+    settings = fake_pipeline.settings
+    weather = FunctionTool(
+        function=FunctionDefinition(
+            name="get_weather",
+            parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+        )
+    )
+    conversation = conv()
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token("tina")) as client:
+        turn_id = await client.start_turn(
+            conversation, "weather in Oslo?", tools=[weather], tool_choice="required"
+        )
+        events = [e async for e in client.events(turn_id)]
+        [call] = events[-1].tool_calls
+        assert events[-1].finish_reason == FinishReason.TOOL_CALLS and call.name == "get_weather"
+        poisoned = f"<html>Sunny. {INJECTION}</html>"
+        blocked = await client.ask(
+            conversation, "", tool_results=[ToolResultInput(call_id=call.call_id, output=poisoned)]
+        )
+        fine = await client.ask(
+            conversation,
+            "thanks",
+            tool_results=[ToolResultInput(call_id=call.call_id, output='{"sky": "clear"}')],
+        )
+    assert blocked.finish_reason == FinishReason.SAFETY
+    assert blocked.error is not None and blocked.error.code == "input_blocked"
+    assert fine.finish_reason == FinishReason.STOP
+    prompt = await assembled_prompt(settings, fine.turn_id)
+    texts = [m.content for m in prompt.messages]
+    assert any("<tool_call>" in t and "get_weather" in t for t in texts)  # the call, in history
+    assert '<tool_response>{"name": "", "content": "{\\"sky\\": \\"clear\\"}"}' in texts[-1]
+    assert texts[-1].endswith("thanks") and all(INJECTION not in t for t in texts)

@@ -122,8 +122,11 @@ class PreprocessService:
                     preprocess_ms=round(self.clock_ms() - started, 3),
                 )
             if self.gate is not None:
-                # the client's own system message is read with the turn: one reading
-                screened = "\n\n".join(t for t in (turn.instructions, enriched.text) if t)
+                # the client's own system message and the tool results it returns are read
+                # with the turn, one reading: a result reaches the prompt as the user's words
+                # do, so an injection hidden in what a tool fetched is stopped like one typed
+                results = [r.output for r in turn.tool_results]
+                screened = "\n\n".join(t for t in (turn.instructions, *results, enriched.text) if t)
                 decision = await self.gate.judge(turn, screened, enriched.images)
                 if decision.blocked:
                     log.info("turn %s blocked: %s", turn.turn_id, decision.screening.labels)
