@@ -82,6 +82,7 @@ from stream_jobs.assembly.state import (
     on_truncated,
 )
 from stream_jobs.assembly.tokens import TokenCounter
+from stream_jobs.assembly.tool_results import named, stale_error
 from stream_jobs.faust_app import make_app
 
 log = logging.getLogger("turnstream.assembly")
@@ -227,7 +228,7 @@ class AssemblyJob:
         state = decode_state(raw)
         user_text, cache_query = "", ""
         if state.in_flight is not None and state.in_flight.turn_id == completed.turn_id:
-            user_text, cache_query = _query(state.in_flight), state.cache_query
+            user_text, cache_query = _query(state.in_flight, state.open_calls), state.cache_query
             state.cache_query = ""
         if cache_query and self.answers is not None:
             await self.answers.remember(completed.tenant_id, cache_query, completed)
@@ -270,7 +271,12 @@ class AssemblyJob:
     # ---- assembly --------------------------------------------------------------------------
     async def _emit(self, turn: TurnEnriched, state: ConversationState) -> None:
         submitted = turn.submitted
-        query = _query(turn)
+        if submitted.tool_results and submitted.history is None:
+            stale = stale_error(submitted.tool_results, state.open_calls)
+            if stale is not None:
+                await self._refuse(turn, stale)
+                return
+        query = _query(turn, state.open_calls)
         history = (
             state.messages
             if submitted.history is None
@@ -459,11 +465,12 @@ def _key(tenant_id: str, conversation_id: str) -> bytes:
     return f"{tenant_id}/{conversation_id}".encode()
 
 
-def _query(turn: TurnEnriched) -> str:
+def _query(turn: TurnEnriched, open_calls: dict[str, str] | None = None) -> str:
     """The user message as the model reads it: the results of the previous answer's tool
-    calls first (when the turn returns some), then the text with its image placeholders."""
+    calls first (when the turn returns some, named after the calls they answer), then the
+    text with its image placeholders."""
     text = with_image_placeholders(turn.text, len(turn.images))
-    results = turn.submitted.tool_results
+    results = named(turn.submitted.tool_results, open_calls or {})
     return "\n".join(part for part in (result_text(results) if results else "", text) if part)
 
 

@@ -53,6 +53,8 @@ class ConversationState(msgspec.Struct, forbid_unknown_fields=True):
     cache_query: str = ""  # the in-flight turn's question when its answer may be cached
     last_active_ms: float = 0.0
     truncations: list[Truncation] = []  # heard before the answer they cut was recorded
+    # the latest answer's tool calls (id -> tool name): the only ones a result may answer
+    open_calls: dict[str, str] = {}
 
 
 _encoder = msgspec.json.Encoder()
@@ -153,8 +155,9 @@ def on_completed(
             StoredMessage(Role.USER, user_text, count_tokens(user_text), completed.turn_id)
         )
         text = completed.text if heard is None else _heard_part(completed.text, heard.text)
-        if completed.tool_calls and heard is None:  # the calls, as the model wrote them
-            text += call_text(completed.tool_calls)
+        calls = completed.tool_calls if heard is None else []  # a cut answer's: unheard
+        state.open_calls = {c.call_id: c.name for c in calls}
+        text += call_text(calls)  # the calls, as the model wrote them
         if text:
             state.messages.append(
                 StoredMessage(Role.ASSISTANT, text, count_tokens(text), completed.turn_id)

@@ -168,7 +168,8 @@ async def test_uploaded_images_are_screened_by_the_detector_and_a_stopped_one_st
 
 async def test_tool_results_are_screened_and_an_allowed_one_reaches_the_prompt(fake_pipeline):
     """A tool's output reaches the prompt as the user's words do: an injection hidden in
-    what a tool fetched is stopped like a typed one (indirect prompt injection)."""
+    what a tool fetched is stopped like a typed one (indirect prompt injection); a result
+    for no open call is refused; one for the call reaches the prompt, named after it."""
     settings = fake_pipeline.settings
     weather = FunctionTool(
         function=FunctionDefinition(
@@ -188,6 +189,9 @@ async def test_tool_results_are_screened_and_an_allowed_one_reaches_the_prompt(f
         blocked = await client.ask(
             conversation, "", tool_results=[ToolResultInput(call_id=call.call_id, output=poisoned)]
         )
+        stale = await client.ask(
+            conversation, "", tool_results=[ToolResultInput(call_id="call_made_up_0", output="x")]
+        )
         fine = await client.ask(
             conversation,
             "thanks",
@@ -196,8 +200,14 @@ async def test_tool_results_are_screened_and_an_allowed_one_reaches_the_prompt(f
     assert blocked.finish_reason == FinishReason.SAFETY
     assert blocked.error is not None and blocked.error.code == "input_blocked"
     assert fine.finish_reason == FinishReason.STOP
+    # a result must answer a call of the latest answer: a made-up (or old) call id is refused
+    assert stale.error is not None and stale.error.code == "stale_tool_result"
+    assert call.call_id in stale.error.message
     prompt = await assembled_prompt(settings, fine.turn_id)
     texts = [m.content for m in prompt.messages]
     assert any("<tool_call>" in t and "get_weather" in t for t in texts)  # the call, in history
-    assert '<tool_response>{"name": "", "content": "{\\"sky\\": \\"clear\\"}"}' in texts[-1]
+    # named after the call it answers
+    assert (
+        '<tool_response>{"name": "get_weather", "content": "{\\"sky\\": \\"clear\\"}"}' in texts[-1]
+    )
     assert texts[-1].endswith("thanks") and all(INJECTION not in t for t in texts)
