@@ -129,6 +129,10 @@ class SessionUpdate(ClientMessage, tag="session.update"):
 
     speech: SpeechOptions | msgspec.UnsetType | None = msgspec.UNSET
     turn_detection: TurnDetection | msgspec.UnsetType | None = msgspec.UNSET
+    # the tools every turn of the session offers (a turn's own `tools` replace them; the
+    # voice loop's turns use them), and how they may be called; `null` / `[]`: none
+    tools: ToolList | msgspec.UnsetType | None = msgspec.UNSET
+    tool_choice: ToolChoiceOption | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class ImageOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -221,6 +225,10 @@ class NamedToolChoice(
     function: FunctionName
 
 
+ToolList = Annotated[list[FunctionTool], msgspec.Meta(max_length=32)]
+ToolChoiceOption = Literal["none", "auto", "required"] | NamedToolChoice
+
+
 class ToolResultInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What running a call of the previous answer returned (`output`: any text, JSON
     usually). The model reads it in this turn's prompt."""
@@ -258,8 +266,8 @@ class CreateTurn(ClientMessage, tag="turn.create"):
     # function calling: the tools the model may call (their calls come back as
     # response.tool_call.* and the answer ends with finish_reason tool_calls); how it may
     # (left out: auto); the results of the previous answer's calls, returned with this turn
-    tools: Annotated[list[FunctionTool], msgspec.Meta(max_length=32)] = []
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tools: ToolList = []
+    tool_choice: ToolChoiceOption | None = None
     tool_results: Annotated[list[ToolResultInput], msgspec.Meta(max_length=32)] = []
 
 
@@ -347,6 +355,8 @@ class SessionUpdated(ServerEvent, tag="session.updated"):
     speech: SpeechOptions | None
     turn_detection: TurnDetection | None
     voices: list[str]
+    tools: list[FunctionTool] = []
+    tool_choice: ToolChoiceOption | None = None
 
 
 class TurnAccepted(ServerEvent, tag="turn.accepted"):

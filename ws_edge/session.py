@@ -87,6 +87,7 @@ from ws_edge.messages import (
     CreateTurn,
     ErrorEvent,
     Feedback,
+    FunctionTool,
     InputTranscript,
     InterruptTurn,
     Ping,
@@ -106,6 +107,7 @@ from ws_edge.messages import (
     ResumeResponse,
     SessionReady,
     SessionUpdate,
+    ToolChoiceOption,
     TurnAccepted,
     TurnDetection,
     client_decoder,
@@ -199,6 +201,9 @@ class Session(VoiceTurns):
         self._audio = AudioBuffers(limits.media)
         self._speech: SpeechSettings | None = None  # the session's default for new turns
         self._detection: TurnDetection | None = None
+        # the session's tools (session.update): turns without their own offer these
+        self._tools: list[FunctionTool] = []
+        self._tool_choice: ToolChoiceOption | None = None
         self._voice_loop: VoiceLoop | None = None
         # what the user heard of an answer they interrupted, per conversation: the next
         # turn carries it, so its prompt is built from the truncated history
@@ -743,6 +748,8 @@ class Session(VoiceTurns):
             ),
         )
         history = carried_history(msg, self._limits.max_history_chars)
+        if not msg.tools and msg.tool_choice is None and self._tools:
+            msg = msgspec.structs.replace(msg, tools=self._tools, tool_choice=self._tool_choice)
         tools, tool_choice, tool_results = turn_tools(
             msg, max_schema_bytes=self._limits.max_schema_bytes
         )

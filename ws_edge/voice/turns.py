@@ -46,6 +46,7 @@ from ws_edge.messages import (
     TurnDetection,
 )
 from ws_edge.route import Route
+from ws_edge.tools import turn_tools
 from ws_edge.voice.loop import (
     EAGERNESS,
     BargeIn,
@@ -78,8 +79,22 @@ class VoiceTurns:
                 semantic = detection.type == "semantic_vad"
                 self._voice_loop.turn = EAGERNESS[detection.eagerness] if semantic else None
             self._detection = detection
+        if msg.tools is not msgspec.UNSET or msg.tool_choice is not msgspec.UNSET:
+            tools = self._tools if msg.tools is msgspec.UNSET else list(msg.tools or [])
+            choice = self._tool_choice if msg.tool_choice is msgspec.UNSET else msg.tool_choice
+            # checked as a turn's would be, now: a bad tool is refused here, not per turn
+            probe = CreateTurn(conversation_id="session", text="-", tools=tools, tool_choice=choice)
+            turn_tools(probe, max_schema_bytes=self._limits.max_schema_bytes)
+            self._tools, self._tool_choice = tools, choice
         speech = SpeechOptions(self._speech.voice) if self._speech is not None else None
-        return [*actions, Send(SessionUpdated(speech, self._detection, list(self._limits.voices)))]
+        updated = SessionUpdated(
+            speech,
+            self._detection,
+            list(self._limits.voices),
+            tools=self._tools,
+            tool_choice=self._tool_choice,
+        )
+        return [*actions, Send(updated)]
 
     def _speech_settings(self, options: SpeechOptions | None) -> SpeechSettings | None:
         if options is None:

@@ -126,3 +126,27 @@ def test_the_answers_calls_reach_the_client_as_tool_call_events():
     assert isinstance(sent[0], ResponseToolCallDone) and sent[0].arguments == '{"city":"Oslo"}'
     assert isinstance(sent[1], ResponseDone) and sent[1].tool_calls == [call]
     assert sent[1].finish_reason == "tool_calls"
+
+
+def test_session_tools_are_offered_by_every_turn_without_its_own():
+    session = authed()
+    [updated] = session.receive(
+        frame(type="session.update", tools=[WEATHER], tool_choice="required")
+    )
+    assert [t.function.name for t in updated.event.tools] == ["get_weather"]
+    assert updated.event.tool_choice == "required"
+    [plain] = session.receive(frame(type="turn.create", conversation_id="c1", text="weather?"))
+    assert [t.name for t in plain.turn.tools] == ["get_weather"]
+    assert plain.turn.tool_choice.mode == ToolChoiceMode.REQUIRED
+    ping = {"type": "function", "function": {"name": "ping"}}
+    [own] = session.receive(
+        frame(type="turn.create", conversation_id="c2", text="ping", tools=[ping])
+    )
+    assert [t.name for t in own.turn.tools] == ["ping"] and own.turn.tool_choice is None
+    bad = {"type": "function", "function": {"name": "x", "parameters": {"type": 7}}}
+    error = only_error(session.receive(frame(type="session.update", tools=[bad])))
+    assert error.code == "invalid_tools"
+    [cleared] = session.receive(frame(type="session.update", tools=None, tool_choice=None))
+    assert cleared.event.tools == []
+    [after] = session.receive(frame(type="turn.create", conversation_id="c3", text="hi"))
+    assert after.turn.tools == []
