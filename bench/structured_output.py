@@ -24,10 +24,9 @@ from typing import Any
 
 import jsonschema
 
+from bench.bundled_vllm import start_bundled_vllm
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from runtime.settings import Settings
-from runtime.smollm2 import convert, default_model_dir
 from schemas.events import DecodingParams, Message, OutputFormat, ResponseFormat, Role
 from workers.inference.engines.engine import GenerationRequest
 
@@ -202,19 +201,7 @@ async def answer(engine: Any, req: GenerationRequest) -> tuple[str, int, float, 
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
-
-    path = str(await asyncio.to_thread(convert, default_model_dir(Settings.from_env())))
-    engine = await asyncio.to_thread(
-        VllmEngine,
-        VllmOptions(
-            model_path=path,
-            model_name="smollm2-135m-instruct",
-            kv_cache_bytes=256 * 1024 * 1024,
-            max_model_len=2048,
-            max_num_seqs=4,
-        ),
-    )
+    engine = await start_bundled_vllm()
     rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     cases = [(n, q) for n, qs in QUESTIONS.items() for q in qs] * args.repeat
     try:

@@ -24,10 +24,9 @@ from typing import Any
 
 import jsonschema
 
+from bench.bundled_vllm import start_bundled_vllm
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
-from runtime.settings import Settings
-from runtime.smollm2 import convert, default_model_dir
 from schemas.events import (
     DecodingParams,
     Message,
@@ -184,19 +183,7 @@ async def answer(engine: Any, req: GenerationRequest) -> tuple[str, float]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
-
-    path = str(await asyncio.to_thread(convert, default_model_dir(Settings.from_env())))
-    engine = await asyncio.to_thread(
-        VllmEngine,
-        VllmOptions(
-            model_path=path,
-            model_name="smollm2-135m-instruct",
-            kv_cache_bytes=256 * 1024 * 1024,
-            max_model_len=2048,
-            max_num_seqs=4,
-        ),
-    )
+    engine = await start_bundled_vllm()
     rows: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
     cases = [(t, tool, word) for t, tool, word in NEEDS_A_TOOL] + [(t, "", "") for t in NEEDS_NONE]
     try:
