@@ -147,9 +147,9 @@ class TransformersEngine:
             )
         if request.decoding.response_format is not None:
             raise EngineError(
-                "the transformers engine cannot hold an answer to a response format (its "
-                "batching has no per-request token masks); ask without response_format, or "
-                "serve this pool with vLLM",
+                "the transformers engine cannot hold an answer to a response format or to "
+                "tool calls (its batching has no per-request token masks); ask without "
+                "response_format and tools, or serve this pool with vLLM",
                 code="response_format_unsupported",
             )
         manager = self._manager
