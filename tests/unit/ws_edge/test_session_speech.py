@@ -15,10 +15,12 @@ from schemas.events import (
     SpeechAudio,
     SpeechSettings,
     TokenChunk,
+    ToolCall,
     Truncation,
     TurnStarted,
     TurnTruncated,
 )
+from schemas.tools import call_id
 from tests.unit.ws_edge.test_session import SECRET, frame, only_error
 from ws_edge.actions import (
     CheckTurn,
@@ -1157,3 +1159,31 @@ def test_a_spoken_turn_with_text_still_waits_for_its_speech():
     [done] = session.relay(completed(turn_id, conversation_id="c1", text=ANSWER))
     assert isinstance(done.event, ResponseDone)
     assert session.awaits_audio(turn_id)
+
+
+def test_a_withdrawn_guess_never_shows_its_tool_calls_and_a_spoken_turn_offers_session_tools():
+    """A call made by an answer to a guess that proved wrong must never reach the client
+    (it would run a side effect for words the user had not finished saying)."""
+    session, clock, mic = listening()
+    weather = {"type": "function", "function": {"name": "get_weather"}}
+    update(session, tools=[weather])
+    clock.now = 2000.0
+    submit = guessed(mic)
+    first = submit.turn.turn_id
+    assert [t.name for t in submit.turn.tools] == ["get_weather"]  # the session's tools
+    session.submit_succeeded(first)
+    call = ToolCall(call_id(first, 0), "get_weather", '{"city":"Oslo"}')
+    piece = TokenChunk(
+        turn_id=first,
+        seq=0,
+        text='{"name":"get_weather"',
+        emitted_at_ms=1,
+        attempt="a1",
+        call_index=0,
+    )
+    assert session.relay(started(first)) == [] and session.relay(piece) == []  # held
+    clock.now = 2100.0
+    assert mic.say([0.9] * 10) == withdrawn(first, 2100.0)
+    done = completed(first, conversation_id="c1", finish_reason="tool_calls", tool_calls=[call])
+    assert session.relay(done) == []  # void: no tool_call.done, no response.done
+    assert session.open_turns == []
