@@ -31,6 +31,7 @@ ROOTS = {
     "workers.tts.errors.SpeechError",
     "workers.imagegen.errors.ImageGenError",
     "workers.sink.errors.SinkError",
+    "workers.tools.errors.ToolsError",
     "stream_jobs.errors.StreamJobError",
     "producers.errors.ProducerError",
     "flywheel.errors.FlywheelError",
