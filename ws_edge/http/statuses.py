@@ -17,6 +17,10 @@ STATUS: dict[str, int] = {
     "invalid_message": 400,
     "unsupported_parameter": 400,
     "unknown_voice": 400,
+    "invalid_response_format": 400,
+    "response_format_unsupported": 400,
+    "invalid_tools": 400,
+    "stale_tool_result": 409,  # the result answers a call the conversation moved past
     "input_blocked": 400,
     "image_blocked": 400,
     "unauthenticated": 401,

@@ -27,3 +27,9 @@ def test_retry_headers_say_when_and_whether():
     assert retry_headers(False, None) == {"x-should-retry": "false"}
     headers = retry_headers(True, 1500)
     assert headers == {"x-should-retry": "true", "retry-after-ms": "1500", "Retry-After": "2"}
+
+
+def test_a_bad_schema_or_tool_is_the_clients_error_not_the_servers():
+    for code in ("invalid_response_format", "response_format_unsupported", "invalid_tools"):
+        assert http_status(code, False) == 400, code
+    assert http_status("stale_tool_result", False) == 409
