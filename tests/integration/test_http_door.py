@@ -213,6 +213,17 @@ async def test_errors_come_in_openais_shape_with_the_protocols_codes(fake_pipeli
             model="m", messages=[{"role": "user", "content": huge}]
         )
     assert large.value.status_code == 413 and large.value.code == "message_too_large"
+    remote = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "http://a"}}}
+    with pytest.raises(openai.BadRequestError) as bad_schema:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], response_format=remote
+        )
+    assert bad_schema.value.code == "invalid_response_format"
+    with pytest.raises(openai.BadRequestError) as bad_tool:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], tool_choice="required"
+        )
+    assert bad_tool.value.code == "invalid_tools"  # a tool choice without tools
     # the server keeps answering
     answer = await client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "still here"}]
