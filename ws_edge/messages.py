@@ -58,8 +58,12 @@ LanguageCode = Annotated[str, msgspec.Meta(pattern="^[a-z]{2,3}$")]  # ISO 639
 Text = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class ClientMessage(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=True):
-    pass
+class ClientMessage(
+    msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=True, omit_defaults=True
+):
+    """What a client sends. A field left at its default is not sent (`omit_defaults`): a
+    client built on a newer protocol keeps working against an older edge, which refuses
+    fields it does not know, as long as it uses nothing new."""
 
 
 class Authenticate(ClientMessage, tag="session.authenticate"):

@@ -229,3 +229,12 @@ def _validate(spec: dict[str, Any], tag: str, payload: dict[str, Any]) -> None:
     assert payload.get("type") in schema["properties"]["type"]["enum"], payload.get("type")
     missing = [name for name in schema["required"] if name not in payload]
     assert not missing, missing
+
+
+def test_a_client_sends_only_what_it_sets_so_older_edges_still_take_it():
+    """An edge refuses fields it does not know: a `turn.create` that uses nothing new must
+    carry no new field (not even a null or an empty list)."""
+    from ws_edge.messages import CreateTurn
+
+    frame = msgspec.json.decode(msgspec.json.encode(CreateTurn(conversation_id="c1", text="hi")))
+    assert frame == {"type": "turn.create", "conversation_id": "c1", "text": "hi"}
