@@ -392,12 +392,11 @@ class Session(VoiceTurns):
                         event.turn_id, OUTPUT_CUT, event.text, route.shown_chars
                     )
                     retract.append(Send(retracted))
+                # the calls ride on the completion's record: only `response.done` carries its
+                # position, so a client cut off between them resumes to all of them again
+                # (a call is known by its call_id, so a repeat is recognised)
                 calls = [
-                    Send(
-                        ResponseToolCallDone(
-                            event.turn_id, i, c.call_id, c.name, c.arguments, epoch, offset
-                        )
-                    )
+                    Send(ResponseToolCallDone(event.turn_id, i, c.call_id, c.name, c.arguments))
                     for i, c in enumerate(event.tool_calls)
                 ]
                 return [

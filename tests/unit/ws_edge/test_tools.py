@@ -9,6 +9,7 @@ import pytest
 from harness.factories import completed
 from schemas.events import TokenChunk, ToolCall, ToolChoiceMode, TurnStarted
 from schemas.tools import call_id
+from schemas.turn_log import LogPosition
 from ws_edge.actions import Send
 from ws_edge.errors import InvalidMessage
 from ws_edge.messages import (
@@ -122,8 +123,10 @@ def test_the_answers_calls_reach_the_client_as_tool_call_events():
         finish_reason="tool_calls",
         tool_calls=[call],
     )
-    sent = [a.event for a in session.relay(done) if isinstance(a, Send)]
+    sent = [a.event for a in session.relay(done, LogPosition(1, 5)) if isinstance(a, Send)]
     assert isinstance(sent[0], ResponseToolCallDone) and sent[0].arguments == '{"city":"Oslo"}'
+    assert sent[0].offset is None  # only response.done carries the record's position
+    assert (sent[1].epoch, sent[1].offset) == (1, 5)
     assert isinstance(sent[1], ResponseDone) and sent[1].tool_calls == [call]
     assert sent[1].finish_reason == "tool_calls"
 
