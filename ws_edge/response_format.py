@@ -39,50 +39,62 @@ def decoding_format(
             "follow the schema); leave it out or send true",
             code=CODE,
         )
-    text = msgspec.json.encode(spec.schema)
+    text = schema_text(spec.schema, max_bytes=max_bytes)
+    return ResponseFormat(type=OutputFormat.JSON_SCHEMA, schema=text, name=spec.name)
+
+
+def schema_text(
+    schema: dict[str, Any],
+    *,
+    max_bytes: int,
+    what: str = "response_format's schema",
+    code: str = CODE,
+) -> str:
+    """`schema` as the JSON text an engine compiles, or `InvalidMessage` (`code`, naming
+    `what`) unless it is within `max_bytes` and passes `check_schema`. A tool's parameters
+    are held to the same rules (ws_edge/tools.py)."""
+    text = msgspec.json.encode(schema)
     if len(text) > max_bytes:
-        raise InvalidMessage(
-            f"response_format's schema is {len(text)} bytes; the limit is {max_bytes}", code=CODE
-        )
-    check_schema(spec.schema)
-    return ResponseFormat(type=OutputFormat.JSON_SCHEMA, schema=text.decode(), name=spec.name)
+        raise InvalidMessage(f"{what} is {len(text)} bytes; the limit is {max_bytes}", code=code)
+    check_schema(schema, what=what, code=code)
+    return text.decode()
 
 
-def check_schema(schema: dict[str, Any]) -> None:
+def check_schema(
+    schema: dict[str, Any], *, what: str = "response_format's schema", code: str = CODE
+) -> None:
     """`InvalidMessage` unless `schema` is a valid, local, reasonably shallow JSON Schema."""
-    _walk(schema, depth=0, path="")
+    _walk(schema, depth=0, path="", what=what, code=code)
     if not isinstance(schema.get("$schema", ""), str):
-        raise InvalidMessage("response_format's schema: $schema must be a string", code=CODE)
+        raise InvalidMessage(f"{what}: $schema must be a string", code=code)
     validator = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
         validator.check_schema(schema)
     except schema_errors.SchemaError as err:
         where = "/".join(str(p) for p in err.absolute_path) or "(root)"
         raise InvalidMessage(
-            f"response_format's schema is not a valid JSON Schema at {where}: {err.message}",
-            code=CODE,
+            f"{what} is not a valid JSON Schema at {where}: {err.message}",
+            code=code,
         ) from None
     except Exception as err:  # the checker itself tripped on hostile input: still a refusal
         raise InvalidMessage(
-            f"response_format's schema could not be read as a JSON Schema: {err!r}", code=CODE
+            f"{what} could not be read as a JSON Schema: {err!r}", code=code
         ) from None
 
 
-def _walk(node: Any, *, depth: int, path: str) -> None:
+def _walk(node: Any, *, depth: int, path: str, what: str, code: str) -> None:
     if depth > MAX_DEPTH:
-        raise InvalidMessage(
-            f"response_format's schema nests deeper than {MAX_DEPTH} levels at {path}", code=CODE
-        )
+        raise InvalidMessage(f"{what} nests deeper than {MAX_DEPTH} levels at {path}", code=code)
     if isinstance(node, dict):
         ref = next((node[k] for k in _REFERENCES if isinstance(node.get(k), str)), None)
         if ref is not None and not ref.startswith("#"):
             raise InvalidMessage(
-                f"response_format's schema refers outside itself ($ref {ref!r} at "
-                f"{path or '(root)'}): only local references (#/...) are followed",
-                code=CODE,
+                f"{what} refers outside itself ($ref {ref!r} at {path or '(root)'}): only "
+                "local references (#/...) are followed",
+                code=code,
             )
         for key, value in node.items():
-            _walk(value, depth=depth + 1, path=f"{path}/{key}")
+            _walk(value, depth=depth + 1, path=f"{path}/{key}", what=what, code=code)
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            _walk(value, depth=depth + 1, path=f"{path}/{i}")
+            _walk(value, depth=depth + 1, path=f"{path}/{i}", what=what, code=code)

@@ -46,7 +46,7 @@ from ws_edge.messages import (
     TurnDetection,
 )
 from ws_edge.route import Route
-from ws_edge.tools import turn_tools
+from ws_edge.tools import offered_tools
 from ws_edge.voice.loop import (
     EAGERNESS,
     BargeIn,
@@ -82,9 +82,8 @@ class VoiceTurns:
         if msg.tools is not msgspec.UNSET or msg.tool_choice is not msgspec.UNSET:
             tools = self._tools if msg.tools is msgspec.UNSET else list(msg.tools or [])
             choice = self._tool_choice if msg.tool_choice is msgspec.UNSET else msg.tool_choice
-            # checked as a turn's would be, now: a bad tool is refused here, not per turn
-            probe = CreateTurn(conversation_id="session", text="-", tools=tools, tool_choice=choice)
-            turn_tools(probe, max_schema_bytes=self._limits.max_schema_bytes)
+            # checked as a turn's are, now: a bad tool is refused here, not per turn
+            offered_tools(tools, choice, max_schema_bytes=self._limits.max_schema_bytes)
             self._tools, self._tool_choice = tools, choice
         speech = SpeechOptions(self._speech.voice) if self._speech is not None else None
         updated = SessionUpdated(
