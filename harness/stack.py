@@ -20,6 +20,8 @@ from workers.preprocess.app import run_preprocessor
 from workers.preprocess.service import PreprocessService
 from workers.runtime.running import RunningService
 from workers.safety.app import run_safety_worker
+from workers.tools.app import run_tools_worker
+from workers.tools.mcp_servers import McpServers
 from workers.tts.app import run_tts_worker
 from workers.tts.service import TtsService
 from ws_edge.auth import mint_token
@@ -100,10 +102,13 @@ async def pipeline(
     with_assembly: bool = True,
     with_safety: bool = True,
     with_tts: bool = False,
+    tools: McpServers | None = None,
 ) -> AsyncIterator[Pipeline]:
     """`with_assembly=False`: the caller runs (and restarts) the assembly job itself.
     `with_safety=False`: no safety worker answers the output check (it is down).
-    `with_tts`: a TTS worker speaks the answers that ask for speech."""
+    `with_tts`: a TTS worker speaks the answers that ask for speech.
+    `tools`: a tools worker runs these MCP servers' calls (started; the caller closes them;
+    the edge offers them under `settings.tool_allow`)."""
     await ensure_topics(
         settings.kafka_bootstrap,
         settings.namespace,
@@ -116,6 +121,7 @@ async def pipeline(
         run_worker(settings, engine) as worker,
         run_preprocessor(settings) as preprocess,
         run_tts_worker(settings) if with_tts else contextlib.nullcontext() as tts,
+        run_tools_worker(settings, tools) if tools is not None else contextlib.nullcontext(),
     ):
         edge = EdgeServer(settings)
         await edge.start()

@@ -32,6 +32,13 @@ from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir, is_converted
 from ws_edge.auth import mint_token
 
+# The local stack's own MCP server (a calculator, read-only), every tenant allowed: a
+# client asks for it with {"type": "mcp", "server_label": "calc"} (docs/tools.md)
+DEV_MCP_SERVERS = (
+    '[{"name": "calc", "command": ["python", "-m", "harness.mcp_servers.calculator"]}]'
+)
+DEV_TOOL_ALLOW = "*=calc__*"
+
 
 def run_script(*args: str) -> None:
     subprocess.run([str(REPO / "infra" / args[0]), *args[1:]], check=True, cwd=REPO)
@@ -92,6 +99,8 @@ def main() -> None:
     logs = settings.state_path / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TURNSTREAM_ENGINE": args.engine, "PYTHONUNBUFFERED": "1"}
+    env.setdefault("TURNSTREAM_MCP_SERVERS", DEV_MCP_SERVERS)  # a deployment lists its own
+    env.setdefault("TURNSTREAM_TOOL_ALLOW", DEV_TOOL_ALLOW)
     prepare(settings, args.engine)
     children: list[Child] = []
     signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -164,6 +164,7 @@ ROLES = (
         "clickhouse sink", "workers.sink", "sink", 120, "turns, traces → ClickHouse", nice=10
     ),
     ServiceRole("audit worker", "workers.audit", "audit", 120, "audits every answer", nice=10),
+    ServiceRole("tools worker", "workers.tools", "tools", 120, "runs MCP servers' tools"),
     ServiceRole("edge", "ws_edge", "edge", 60),
 )
 

@@ -544,6 +544,39 @@ class Settings:
         "Turns that finished longer ago than this are recorded as skipped (audit_skipped), "
         "so a slow guard stays near live traffic; 0: every turn is audited however late.",
     )
+    # --- tools (workers/tools; docs/tools.md) --------------------------------------------------
+    mcp_servers: str = _var(
+        "TURNSTREAM_MCP_SERVERS",
+        "",
+        "The MCP servers whose tools the deployment offers, as JSON: "
+        '[{"name": "calc", "command": ["python", "-m", "harness.mcp_servers.calculator"]}, '
+        '{"name": "kv", "url": "http://127.0.0.1:8931/mcp"}] (stdio or streamable HTTP).',
+    )
+    tool_allow: str = _var(
+        "TURNSTREAM_TOOL_ALLOW",
+        "",
+        "Which tenants may call which server tools: tenant=glob,glob;tenant=glob over the "
+        "qualified names <server>__<tool> (* as tenant: every tenant). Empty: none.",
+    )
+    tool_timeout_s: float = _var(
+        "TURNSTREAM_TOOL_TIMEOUT_S", 10.0, "Longest a server tool call may run."
+    )
+    tool_max_result_bytes: int = _var(
+        "TURNSTREAM_TOOL_MAX_RESULT_BYTES",
+        64 * 1024,
+        "Largest server tool result (as text) put into a prompt; a larger one is an error.",
+    )
+    tool_max_rounds: int = _var(
+        "TURNSTREAM_TOOL_MAX_ROUNDS",
+        4,
+        "Rounds of server tool calls per user turn; the last continuation may call none.",
+    )
+    tool_catalog_every_s: float = _var(
+        "TURNSTREAM_TOOL_CATALOG_EVERY_S",
+        5.0,
+        "How often the tools worker rewrites the tool catalog in Redis and edges reread it.",
+    )
+
     # --- image generation (workers/imagegen) ---------------------------------------------------
     imagegen_model_path: str = _var(
         "TURNSTREAM_IMAGEGEN_MODEL_PATH",

@@ -72,6 +72,16 @@ class RedisNames:
         """Who may resume the turn: its owner and conversation (set by the accepting edge)."""
         return f"{self.prefix}:turn:{{{turn_id}}}:owner"
 
+    def tools_catalog_key(self) -> str:
+        """The deployment's tools (MCP servers' as the tools worker listed them), for the
+        edges that offer them: msgspec JSON list of `ToolSpec`, rewritten at each listing."""
+        return f"{self.prefix}:tools:catalog"
+
+    def tool_book_key(self, idempotency_key: str) -> str:
+        """A deployment tool call's entry in the exactly-once books: claimed before the
+        call runs, its result recorded after (workers/tools/books.py)."""
+        return f"{self.prefix}:tools:book:{idempotency_key}"
+
     def latest_turn_key(self, tenant_id: str, conversation_id: str) -> str:
         """A conversation's latest turn: what a second device joins."""
         return f"{self.prefix}:conv:{tenant_id}:{conversation_id}:latest"

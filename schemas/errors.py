@@ -7,6 +7,7 @@ TurnstreamError            a stable `code` (what the client, the trace or the de
     │   ├── UnsupportedVersion envelope version this build does not speak
     │   └── UnknownEventType   a type name this build does not know
     └── SettingsError          an environment variable holds a value of the wrong kind
+        └── ToolAccessError    the tool allow-list is unreadable (schemas.tools)
 
 Each package has one root under TurnstreamError (`EdgeError`, `PreprocessError`,
 `InferenceError`, `SafetyError`, `PlumbingError`, `StreamJobError`, `ProducerError`,

@@ -67,6 +67,12 @@ class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     name: str
     description: str = ""
     parameters: str = '{"type":"object"}'
+    # a deployment's tool (an MCP server's, run by the tools worker): the server's name;
+    # "" for a tool the client runs itself
+    server: str = ""
+    # the server says the tool only reads (MCP's readOnlyHint): a call whose outcome a dead
+    # worker left unknown may simply run again; any other call is a side effect, run once
+    read_only: bool = False
 
 
 class ToolChoice(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -85,12 +91,27 @@ class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     arguments: str
 
 
+class ToolRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """How the tools worker ran a deployment's tool call (its trace). `outcome`: `ok`,
+    `tool_error` (the tool said it failed), an error code (`tool_timeout`,
+    `tool_outcome_unknown`, ...) or `cancelled` (not run: the turn was stopped first).
+    `replayed`: the books already held its result (a redelivery, a retry): not run again."""
+
+    idempotency_key: str
+    outcome: str
+    duration_ms: float = 0.0
+    replayed: bool = False
+    arguments_bytes: int = 0
+
+
 class ToolResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What running a call returned, sent back by the client with its next turn."""
+    """What running a call returned, sent back by the client with its next turn (or by the
+    tools worker, for a deployment's tool: then `run` says how it ran)."""
 
     call_id: str
     output: str
     name: str = ""  # the tool's (the edge fills it in from the call when known)
+    run: ToolRun | None = None
 
 
 class DecodingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -269,6 +290,9 @@ class TurnSubmitted(Event, frozen=True, tag="turn.submitted"):
     tools: list[ToolSpec] = []
     tool_choice: ToolChoice | None = None  # None: auto when there are tools
     tool_results: list[ToolResult] = []
+    # how many answers of deployment's tool calls led to this turn since the user's own
+    # (0: the user's); the tools worker submits the next one, up to a limit
+    tool_round: int = 0
 
 
 class SafetyStage(enum.StrEnum):
@@ -507,6 +531,14 @@ class TurnCompleted(Event, frozen=True, tag="turn.completed"):
     # them; a blocked turn's input verdict. They ride here rather than in records of their own
     verdicts: list[SafetyVerdict] = []
     tool_calls: list[ToolCall] = []  # finish_reason tool_calls: the calls the answer made
+    # the calls are the deployment's (MCP) tools: the turn that returns their results, as
+    # the tools worker will submit it once they ran (its `tool_results` and submission time
+    # still empty). Part of the decided outcome, so every retry asks for the same calls
+    continuation: TurnSubmitted | None = None
+
+    @property
+    def continued_by(self) -> str:
+        return self.continuation.turn_id if self.continuation is not None else ""
 
 
 class TurnTruncated(Event, frozen=True, tag="turn.truncated"):

@@ -12,9 +12,15 @@ well-formed, whatever the model.
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
+from schemas.errors import SettingsError
 from schemas.events import (
     OutputFormat,
     ResponseFormat,
@@ -23,6 +29,7 @@ from schemas.events import (
     ToolChoiceMode,
     ToolResult,
     ToolSpec,
+    TurnSubmitted,
 )
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -156,3 +163,91 @@ def choice_in_force(tools: list[ToolSpec], choice: ToolChoice | None) -> ToolCho
 
 def whole_answer_is_a_call(choice: ToolChoice) -> bool:
     return choice.mode in (ToolChoiceMode.REQUIRED, ToolChoiceMode.NAMED)
+
+
+# ---- the deployment's tools (MCP servers', run by the tools worker) --------------------------
+
+SEPARATOR = "__"  # a server's tool is offered as `<server>__<tool>` (OpenAI's names allow no dots)
+_CONTINUATIONS = uuid.UUID("5f0d3c1e-7a43-4f4e-9a55-6b1f3f2c9d10")
+
+
+def qualified(server: str, tool: str) -> str:
+    return f"{server}{SEPARATOR}{tool}"
+
+
+def split_qualified(name: str) -> tuple[str, str]:
+    server, sep, tool = name.partition(SEPARATOR)
+    return (server, tool) if sep else ("", name)
+
+
+class ToolAccessError(SettingsError):
+    """The allow-list setting is unreadable (the tools worker wraps it in its own tree)."""
+
+    code = "tools_config"
+
+
+@dataclass(frozen=True, slots=True)
+class AllowList:
+    """Per tenant, the globs of qualified tool names it may call: `tenant=glob,glob;...`
+    (`*` as the tenant: every tenant; `kv__get`, `calc__*`). Empty: no tenant may call any
+    server tool (a deployment opts in, tool by tool, since tools act). The edge offers only
+    what it allows; the tools worker checks it again before each call."""
+
+    rules: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> AllowList:
+        rules: list[tuple[str, tuple[str, ...]]] = []
+        for part in filter(None, (p.strip() for p in text.split(";"))):
+            tenant, sep, globs = part.partition("=")
+            patterns = tuple(g.strip() for g in globs.split(",") if g.strip())
+            if not sep or not tenant.strip() or not patterns:
+                raise ToolAccessError(f"tool allow-list: {part!r} is not tenant=glob[,glob]")
+            rules.append((tenant.strip(), patterns))
+        return cls(tuple(rules))
+
+    def allows(self, tenant: str, name: str) -> bool:
+        return any(
+            who in ("*", tenant) and any(fnmatch.fnmatchcase(name, g) for g in globs)
+            for who, globs in self.rules
+        )
+
+
+def idempotency_key(call: ToolCall) -> str:
+    """The key of a call's side effect. A call's id is derived from its turn and its place in
+    the answer (`call_id`), and a turn has one decided answer whatever its attempts (a
+    failover, a redelivery, a retry of the turn all replay it), so the id is the key."""
+    return call.call_id
+
+
+def continuation_id(turn_id: str) -> str:
+    """The turn that returns the results of `turn_id`'s deployment tool calls: derived, so
+    every retry of the answer names the same continuation."""
+    return str(uuid.uuid5(_CONTINUATIONS, turn_id))
+
+
+def all_server_calls(tools: list[ToolSpec], calls: list[ToolCall]) -> bool:
+    """Every call is of a deployment's tool (the tools worker runs them and continues the
+    turn); False when any is the client's (the client answers, as for any client call)."""
+    served = {t.name for t in tools if t.server}
+    return bool(calls) and all(c.name in served for c in calls)
+
+
+def continuation(turn: TurnSubmitted) -> TurnSubmitted:
+    """The turn that will carry the results of `turn`'s deployment tool calls: the same
+    conversation, edge, options and tools, no text of its own. A forced call is not forced
+    again (`required`/named become `auto`), or the model would call for ever."""
+    choice = turn.tool_choice
+    if choice is not None and choice.mode in (ToolChoiceMode.REQUIRED, ToolChoiceMode.NAMED):
+        choice = ToolChoice(ToolChoiceMode.AUTO)
+    return msgspec.structs.replace(
+        turn,
+        turn_id=continuation_id(turn.turn_id),
+        text="",
+        media=[],
+        truncates=[],
+        tool_choice=choice,
+        tool_results=[],
+        tool_round=turn.tool_round + 1,
+        submitted_at_ms=0.0,
+    )

@@ -108,6 +108,14 @@ IMAGES_REQUESTED = TopicSpec(
     "the image-generation workers (workers/imagegen); progress and the image go over Redis. "
     "With the pools' topics, the record of every assembled turn (the events log reads it).",
 )
+TOOLS_REQUESTED = TopicSpec(
+    name="tools.requested",
+    partitions=8,
+    key="conversation_id",
+    retention_ms=7 * DAY_MS,
+    doc="Answers that called the deployment's (MCP) tools: their `turn.completed`, whose "
+    "`continuation` is the turn that returns the results, for the tools worker (workers/tools).",
+)
 DEAD_LETTERS = TopicSpec(
     name="deadletters",
     partitions=1,
@@ -153,6 +161,7 @@ REGISTRY: tuple[TopicSpec, ...] = (
     SAFETY_ALERTS,
     TTS_SEGMENTS,
     IMAGES_REQUESTED,
+    TOOLS_REQUESTED,
     DEAD_LETTERS,
     *(pool_topic(pool) for pool in DEFAULT_POOLS),
 )

@@ -107,6 +107,16 @@ class ResumeTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class FollowTurn:
+    """An answer continues in another turn (the deployment's tools ran its calls): route
+    its frames here, record who may resume it, read its log from the start, then
+    `follow_loaded` (no ownership check: the session owns the turn it continues)."""
+
+    turn: TurnSubmitted
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     code: int
     reason: str
@@ -123,5 +133,6 @@ Action = (
     | DetectSpeech
     | CheckTurn
     | ResumeTurn
+    | FollowTurn
     | ResolveApiKey
 )

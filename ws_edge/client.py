@@ -225,6 +225,18 @@ class EdgeClient:
                 return event
         raise AssertionError("unreachable")
 
+    async def ask_through_tools(
+        self, conversation_id: str, text: str, **options
+    ) -> list[ResponseDone]:
+        """The answer and each turn it continued in, while the deployment's tools ran its
+        calls (`response.done.continued_by`): the last one is the answer's end."""
+        answers = [await self.ask(conversation_id, text, **options)]
+        while answers[-1].continued_by:
+            async for event in self.events(answers[-1].continued_by):
+                if isinstance(event, ResponseDone):
+                    answers.append(event)
+        return answers
+
     async def draw(self, conversation_id: str, text: str, **options) -> ImageAnswer:
         """Ask for a picture ("draw a cat"; `image=ImageOptions(width=…, steps=…)`) and
         collect its progress, the image and the end."""

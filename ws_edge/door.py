@@ -44,6 +44,7 @@ from ws_edge.actions import (
     Close,
     DetectSpeech,
     DropAudio,
+    FollowTurn,
     GiveFeedback,
     PublishTruncation,
     RequestCancel,
@@ -106,6 +107,7 @@ class TurnDoor:
             limits=edge.limits,
             clock_ms=now_ms,
             client_info=user_agent[:200],
+            server_tools=edge.server_tools,
         )
         # the client's bounded queue of outgoing frames (a slow reader is cut off at its bound)
         self.outbox = Outbox(edge.settings.outbox_max_frames, edge.settings.outbox_max_bytes)
@@ -177,6 +179,10 @@ class TurnDoor:
                     self._spawn(self._submit(action))
                 case ResumeTurn():
                     self._spawn(self._resume(action))
+                case FollowTurn():
+                    self._start_turn_span(action.turn)
+                    self.edge.relay.route(action.turn.turn_id, self._on_relay)
+                    self._spawn(self._follow(action))
                 case ResolveApiKey():
                     self._spawn(self._resolve_key(action))
                 case RequestCancel():
@@ -419,6 +425,20 @@ class TurnDoor:
         prom.EDGE_RESUMES.labels(plan.status).inc()
         self._apply(self.session.resume_loaded(turn_id, plan, entries, outcome))
         self._release(turn_id)
+
+    async def _follow(self, action: FollowTurn) -> None:
+        """Stream the turn an answer continues in (routed already, so every frame is in
+        the log read or arrives live), and let its owner resume it later."""
+        turn = action.turn
+        entries: list[tuple[AnyEvent, LogPosition]] = []
+        outcome = None
+        try:
+            await self._remember_owner(turn, action.owner)
+            entries, _, outcome = await self._read_log(turn.turn_id, START)
+        except RedisError as exc:  # the live frames still come; a resume can fill a gap
+            log.warning("turn %s: its log could not be read (%s)", turn.turn_id, exc)
+        self._apply(self.session.follow_loaded(turn.turn_id, entries, outcome))
+        self._release(turn.turn_id)
 
     async def owner_of(self, turn_id: str) -> tuple[str, str]:
         """Who asked for the turn, and in which conversation (("", "") when unknown)."""

@@ -229,7 +229,18 @@ class NamedToolChoice(
     function: FunctionName
 
 
-ToolList = Annotated[list[FunctionTool], msgspec.Meta(max_length=32)]
+class McpTool(msgspec.Struct, frozen=True, tag_field="type", tag="mcp", forbid_unknown_fields=True):
+    """The tools of one of the deployment's MCP servers, run by the server (the tools
+    worker), not the client: their calls show as `response.tool_call.*`, then the answer
+    continues by itself (`response.done.continued_by` names the turn that carries the
+    results). `allowed_tools`: only these of the server's tools (their names on the server);
+    left out, every tool the tenant may call. Offered as `<server_label>__<tool>`."""
+
+    server_label: Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9-]{1,24}$(?!\\n)")]
+    allowed_tools: Annotated[list[ToolName], msgspec.Meta(max_length=64)] | None = None
+
+
+ToolList = Annotated[list[FunctionTool | McpTool], msgspec.Meta(max_length=32)]
 ToolChoiceOption = Literal["none", "auto", "required"] | NamedToolChoice
 
 
@@ -359,7 +370,7 @@ class SessionUpdated(ServerEvent, tag="session.updated"):
     speech: SpeechOptions | None
     turn_detection: TurnDetection | None
     voices: list[str]
-    tools: list[FunctionTool] = []
+    tools: list[FunctionTool | McpTool] = []
     tool_choice: ToolChoiceOption | None = None
 
 
@@ -531,6 +542,9 @@ class ResponseDone(ServerEvent, tag="response.done"):
     epoch: int | None = None
     offset: int | None = None
     tool_calls: list[ToolCall] = []  # finish_reason tool_calls: the calls to run
+    # the calls are the deployment's (mcp tools): the server runs them and this turn's
+    # answer continues in the turn named here, streamed on this connection next
+    continued_by: str | None = None
 
 
 class ResponseResumed(ServerEvent, tag="response.resumed"):

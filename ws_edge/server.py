@@ -32,6 +32,7 @@ from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.ids import now_ms
+from schemas.tools import AllowList
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
 from ws_edge.admission.admit import AdmissionControl
 from ws_edge.admission.pool_load import PoolLoad
@@ -52,6 +53,7 @@ from ws_edge.messages import (
 )
 from ws_edge.outbox import OutboxOverflow
 from ws_edge.relay import RelaySubscriber
+from ws_edge.server_tools import ServerTools, follow_catalog
 from ws_edge.session import SessionLimits
 from ws_edge.unattended import UnattendedTurns
 from ws_edge.voice.loop import VadRules
@@ -135,6 +137,8 @@ class EdgeServer:
         self._server: Server | None = None
         self.slow_clients_closed = 0  # connections closed for falling too far behind
         self._relay_task: asyncio.Task[None] | None = None
+        self.server_tools = ServerTools(AllowList.parse(settings.tool_allow))
+        self._catalog_task: asyncio.Task[None] | None = None
         self._http: web.AppRunner | None = None
 
     @property
@@ -147,6 +151,14 @@ class EdgeServer:
         await self.publisher.start()
         self._relay_task = asyncio.create_task(self.relay.run(), name="edge-relay")
         await asyncio.wait_for(self.relay.subscribed.wait(), timeout=10)
+        if self.server_tools.allow.rules:  # no tenant may call one: the catalog is not read
+            catalog = follow_catalog(
+                self.server_tools,
+                self.redis,
+                self.names,
+                every_s=self.settings.tool_catalog_every_s,
+            )
+            self._catalog_task = asyncio.create_task(catalog, name="edge-tool-catalog")
         capped = self.settings.edge_send_buffer_bytes > 0
         where: dict[str, object] = (
             {"sock": self._socket(self.settings.edge_port)}
@@ -193,6 +205,8 @@ class EdgeServer:
             await self._server.wait_closed()
         if self._relay_task is not None:
             await cancel_and_wait([self._relay_task])
+        if self._catalog_task is not None:
+            await cancel_and_wait([self._catalog_task])
         await self.publisher.stop()
         await self.redis.aclose()
         self.turn_judge.close()

@@ -56,6 +56,7 @@ from schemas.turn_log import START, LogPosition, ResumePlan
 from ws_edge.actions import (
     Action,
     Close,
+    FollowTurn,
     GiveFeedback,
     RequestCancel,
     ResolveApiKey,
@@ -90,6 +91,7 @@ from ws_edge.messages import (
     FunctionTool,
     InputTranscript,
     InterruptTurn,
+    McpTool,
     Ping,
     Pong,
     ResponseAudio,
@@ -114,6 +116,7 @@ from ws_edge.messages import (
 )
 from ws_edge.response_format import decoding_format
 from ws_edge.route import Route
+from ws_edge.server_tools import ServerTools
 from ws_edge.tools import turn_tools
 from ws_edge.voice.audio_timeline import AudioTimeline
 from ws_edge.voice.loop import (
@@ -183,8 +186,10 @@ class Session(VoiceTurns):
         limits: SessionLimits,
         clock_ms: Callable[[], float],
         client_info: str = "",
+        server_tools: ServerTools | None = None,
     ) -> None:
         self.session_id = session_id
+        self._server_tools = server_tools or ServerTools()
         self.edge_id = edge_id
         self._secret = auth_secret
         self._limits = limits
@@ -202,7 +207,7 @@ class Session(VoiceTurns):
         self._speech: SpeechSettings | None = None  # the session's default for new turns
         self._detection: TurnDetection | None = None
         # the session's tools (session.update): turns without their own offer these
-        self._tools: list[FunctionTool] = []
+        self._tools: list[FunctionTool | McpTool] = []
         self._tool_choice: ToolChoiceOption | None = None
         self._voice_loop: VoiceLoop | None = None
         # what the user heard of an answer they interrupted, per conversation: the next
@@ -414,11 +419,43 @@ class Session(VoiceTurns):
                             epoch=epoch,
                             offset=offset,
                             tool_calls=event.tool_calls,
+                            continued_by=event.continued_by or None,
                         )
                     ),
                     *self._nothing_to_speak(route, event),
+                    *self._follow(route, event),
                 ]
         return []
+
+    def _follow(self, route: Route, event: TurnCompleted) -> list[Action]:
+        """The answer called the deployment's tools: its continuation streams here next
+        (once per session: a resumed log's repeat of the same answer follows nothing new)."""
+        turn = event.continuation
+        if turn is None or self.principal is None or turn.turn_id in self._routes:
+            return []
+        follower = Route(route.conversation_id, accepted=True, resuming=START, speech=route.speech)
+        self._routes[turn.turn_id] = follower
+        return [FollowTurn(turn, self.principal.owner)]
+
+    def follow_loaded(
+        self,
+        turn_id: str,
+        entries: list[tuple[AnyEvent, LogPosition]],
+        outcome: TurnCompleted | None = None,
+    ) -> list[Action]:
+        """A continuation's log so far was read: its frames, then the live ones held
+        meanwhile (no `response.resumed`: the client was told by `continued_by`)."""
+        route = self._routes.get(turn_id)
+        if route is None or route.resuming is None:
+            return []
+        route.resuming = None
+        held, route.held = route.held, []
+        actions: list[Action] = []
+        for event, position in [*entries, *held]:
+            actions.extend(self.relay(event, position))
+        if outcome is not None:
+            actions.extend(self.relay(outcome))
+        return actions
 
     def _nothing_to_speak(self, route: Route, event: TurnCompleted) -> list[Action]:
         """An answer that ended with no text (refused by the input screen, failed before
@@ -750,7 +787,10 @@ class Session(VoiceTurns):
         if not msg.tools and msg.tool_choice is None and self._tools:
             msg = msgspec.structs.replace(msg, tools=self._tools, tool_choice=self._tool_choice)
         tools, tool_choice, tool_results = turn_tools(
-            msg, max_schema_bytes=self._limits.max_schema_bytes
+            msg,
+            max_schema_bytes=self._limits.max_schema_bytes,
+            tenant=principal.tenant_id,
+            server_tools=self._server_tools,
         )
         speech = self._speech if msg.speech is msgspec.UNSET else self._speech_settings(msg.speech)
         turn = TurnSubmitted(

@@ -9,10 +9,12 @@ so a test sees both how many times a write ran and which call each one was."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
 
 server = MCPServer("kv")
 STORE: dict[str, str] = {}
@@ -21,16 +23,28 @@ IDEMPOTENCY_META = "io.turnstream/idempotency-key"
 
 
 @server.tool(description="Store a value under a key (a side effect)")
-def put(key: str, value: str, ctx: Context) -> str:
+async def put(
+    key: str, value: str, ctx: Context, delay_s: float = 0.0, linger_s: float = 0.0
+) -> str:
+    """`delay_s`: wait that long before writing (a test stops the call meanwhile);
+    `linger_s`: wait that long after writing, before answering (a test kills the caller
+    meanwhile: the effect happened, its caller never heard)."""
+    if delay_s > 0:
+        await asyncio.sleep(delay_s)
     STORE[key] = value
     meta = ctx.request_context.meta
     idempotency = _get(meta, IDEMPOTENCY_META)
     with BOOKS[0].open("a") as books:
         books.write(json.dumps({"key": key, "value": value, "idempotency": idempotency}) + "\n")
+    if linger_s > 0:
+        await asyncio.sleep(linger_s)
     return f"stored {key}"
 
 
-@server.tool(description="Read the value stored under a key")
+@server.tool(
+    description="Read the value stored under a key",
+    annotations=ToolAnnotations(read_only_hint=True),
+)
 def get(key: str) -> str:
     return STORE.get(key, "")
 

@@ -48,7 +48,14 @@ from schemas.events import (
     TurnSubmitted,
 )
 from schemas.prefix import PrefixMemory, cache_salt, estimated_tokens, message_chain
-from schemas.tools import call_constraint, choice_in_force, split_calls, whole_answer_is_a_call
+from schemas.tools import (
+    all_server_calls,
+    call_constraint,
+    choice_in_force,
+    continuation,
+    split_calls,
+    whole_answer_is_a_call,
+)
 from workers.inference.engines.engine import Engine, EngineError, GenerationRequest
 from workers.inference.gauges import Held, TurnGauges
 from workers.inference.images.image_budget import Grant, ImageBudget
@@ -625,7 +632,9 @@ class InferenceService:
 def with_tool_calls(completed: TurnCompleted, turn: TurnSubmitted) -> TurnCompleted:
     """The answer's tool calls read out of its text; an answer that ended by itself with a
     call ends with `tool_calls` (a cut or cancelled one keeps its own reason, its calls
-    too: the client decides whether to run a call it saw whole)."""
+    too: the client decides whether to run a call it saw whole). Calls all of the
+    deployment's tools carry the turn that will return their results (the tools worker
+    runs them and submits it)."""
     choice = choice_in_force(turn.tools, turn.tool_choice)
     if choice is None:
         return completed
@@ -635,7 +644,14 @@ def with_tool_calls(completed: TurnCompleted, turn: TurnSubmitted) -> TurnComple
     finish = completed.finish_reason
     if finish in (FinishReason.STOP, FinishReason.LENGTH) and completed.error is None:
         finish = FinishReason.TOOL_CALLS
-    return msgspec.structs.replace(completed, text=text, tool_calls=calls, finish_reason=finish)
+    served = finish == FinishReason.TOOL_CALLS and all_server_calls(turn.tools, calls)
+    return msgspec.structs.replace(
+        completed,
+        text=text,
+        tool_calls=calls,
+        finish_reason=finish,
+        continuation=continuation(turn) if served else None,
+    )
 
 
 def _replacement(guard: OutputGuard | None, finish: FinishReason) -> str | None:

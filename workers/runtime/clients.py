@@ -19,7 +19,7 @@ from runtime.instance_id import make_instance_id
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.channels import RedisNames
-from schemas.topics import DEAD_LETTERS, TURNS_COMPLETED, TopicSpec
+from schemas.topics import DEAD_LETTERS, TOOLS_REQUESTED, TURNS_COMPLETED, TopicSpec
 from workers.runtime.consumer import ConsumerLoop, Handler
 from workers.runtime.kafka import make_consumer, make_producer
 from workers.runtime.outcome import OutcomeRecorder
@@ -63,6 +63,7 @@ class WorkerClients:
             relay=relay,
             names=names,
             completed_topic=TURNS_COMPLETED.full_name(settings.namespace),
+            tools_topic=TOOLS_REQUESTED.full_name(settings.namespace),
         )
         return cls(
             settings,

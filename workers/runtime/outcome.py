@@ -7,8 +7,10 @@ redelivery or a racing retry finds the claim (or the marker) and publishes the c
 bytes, never an outcome of its own, so a crash anywhere in between leaves one answer: at
 worst the same record twice (a crash after the publish, before the marker), which the
 history and the trace read as one (the sink's `turns` table then holds the identical row
-twice). Only a retryable error may be replaced. `error_outcome` builds the ending of a
-turn that failed before reaching the engine.
+twice). Only a retryable error may be replaced. An answer that called the deployment's
+tools (its `continuation` set) is published to `tools.requested` first, from the same
+decided bytes, so the calls the tools worker runs are the ones every retry records.
+`error_outcome` builds the ending of a turn that failed before reaching the engine.
 """
 
 from __future__ import annotations
@@ -95,12 +97,14 @@ class OutcomeRecorder:
         relay: RelayPublisher,
         names: RedisNames,
         completed_topic: str,
+        tools_topic: str = "",
     ) -> None:
         self._redis = redis
         self._producer = producer
         self._relay = relay
         self._names = names
         self._topic = completed_topic
+        self._tools_topic = tools_topic
 
     async def record(self, completed: TurnCompleted, edge_id: str) -> TurnCompleted:
         """Decide, publish, mark, tell; returns what was told (an earlier final outcome,
@@ -133,6 +137,11 @@ class OutcomeRecorder:
                 lambda: self._redis.set(decided_key, payload, ex=DONE_TTL_S),
             )
         key = completed.conversation_id.encode()
+        if completed.continuation is not None and self._tools_topic:
+            await retry_transient(
+                "publishing tools.requested",
+                lambda: self._producer.send_and_wait(self._tools_topic, payload, key),
+            )
         await retry_transient(
             "publishing turns.completed",
             lambda: self._producer.send_and_wait(self._topic, payload, key),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.events import ToolSpec
+from schemas.tools import AllowList, qualified
 from workers.tools.errors import (
     ToolNotAllowed,
     ToolResultTooLarge,
@@ -26,7 +27,7 @@ from workers.tools.errors import (
     ToolTimeout,
     UnknownTool,
 )
-from workers.tools.servers import AllowList, ServerSpec, qualified
+from workers.tools.servers import ServerSpec
 
 log = logging.getLogger("turnstream.tools")
 IDEMPOTENCY_META = "io.turnstream/idempotency-key"
@@ -88,7 +89,14 @@ class McpServers:
                 continue
             for tool in listed.tools:
                 full = qualified(name, tool.name)
-                offered = ToolSpec(full, tool.description or "", json.dumps(tool.input_schema))
+                hints = tool.annotations
+                offered = ToolSpec(
+                    full,
+                    tool.description or "",
+                    json.dumps(tool.input_schema),
+                    server=name,
+                    read_only=bool(hints is not None and hints.read_only_hint),
+                )
                 self._tools[full] = _Listed(name, tool.name, offered)
         log.info("MCP tools: %s", ", ".join(sorted(self._tools)) or "none")
 
@@ -100,6 +108,14 @@ class McpServers:
 
     def offers(self, name: str) -> bool:
         return name in self._tools
+
+    def listed(self) -> list[ToolSpec]:
+        """Every tool listed (the catalog the edges offer from, each tenant its allowed)."""
+        return [t.spec for _, t in sorted(self._tools.items())]
+
+    def spec(self, name: str) -> ToolSpec | None:
+        listed = self._tools.get(name)
+        return listed.spec if listed is not None else None
 
     async def call(
         self, tenant: str, name: str, arguments: dict[str, Any], *, idempotency_key: str

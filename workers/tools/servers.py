@@ -11,21 +11,19 @@ HTTP):
 
 A tool is offered to the model as `<server>__<tool>` (OpenAI's names allow no dots).
 
-The allow-list is `tenant=glob,glob;tenant=glob`: the qualified tool names a
-tenant may call (`*` as the tenant: every tenant; `kv__get`, `calc__*`). Empty: no tenant
-may call any server tool (a deployment opts in, tool by tool, since tools act).
+The allow-list (`schemas.tools.AllowList`, shared with the edge, which offers only what it
+allows) is `tenant=glob,glob;tenant=glob`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 from dataclasses import dataclass
 
+from schemas.tools import AllowList, ToolAccessError
 from workers.tools.errors import ToolsConfigError
 
-SEPARATOR = "__"
 _NAME = re.compile(r"^[A-Za-z0-9-]{1,24}$")
 
 
@@ -71,34 +69,9 @@ def parse_servers(text: str) -> list[ServerSpec]:
     return servers
 
 
-def qualified(server: str, tool: str) -> str:
-    return f"{server}{SEPARATOR}{tool}"
-
-
-def split_qualified(name: str) -> tuple[str, str]:
-    server, sep, tool = name.partition(SEPARATOR)
-    return (server, tool) if sep else ("", name)
-
-
-@dataclass(frozen=True, slots=True)
-class AllowList:
-    """Per tenant, the globs of qualified tool names it may call."""
-
-    rules: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    @classmethod
-    def parse(cls, text: str) -> AllowList:
-        rules: list[tuple[str, tuple[str, ...]]] = []
-        for part in filter(None, (p.strip() for p in text.split(";"))):
-            tenant, sep, globs = part.partition("=")
-            patterns = tuple(g.strip() for g in globs.split(",") if g.strip())
-            if not sep or not tenant.strip() or not patterns:
-                raise ToolsConfigError(f"tool allow-list: {part!r} is not tenant=glob[,glob]")
-            rules.append((tenant.strip(), patterns))
-        return cls(tuple(rules))
-
-    def allows(self, tenant: str, name: str) -> bool:
-        return any(
-            who in ("*", tenant) and any(fnmatch.fnmatchcase(name, g) for g in globs)
-            for who, globs in self.rules
-        )
+def allow_list(text: str) -> AllowList:
+    """The allow-list setting, parsed (an unreadable one is this package's config error)."""
+    try:
+        return AllowList.parse(text)
+    except ToolAccessError as err:
+        raise ToolsConfigError(str(err)) from None

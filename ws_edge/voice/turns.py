@@ -83,7 +83,13 @@ class VoiceTurns:
             tools = self._tools if msg.tools is msgspec.UNSET else list(msg.tools or [])
             choice = self._tool_choice if msg.tool_choice is msgspec.UNSET else msg.tool_choice
             # checked as a turn's are, now: a bad tool is refused here, not per turn
-            offered_tools(tools, choice, max_schema_bytes=self._limits.max_schema_bytes)
+            offered_tools(
+                tools,
+                choice,
+                max_schema_bytes=self._limits.max_schema_bytes,
+                tenant=self.principal.tenant_id if self.principal is not None else "",
+                server_tools=self._server_tools,
+            )
             self._tools, self._tool_choice = tools, choice
         speech = SpeechOptions(self._speech.voice) if self._speech is not None else None
         updated = SessionUpdated(

@@ -196,7 +196,13 @@ def consumptions(module: str, settings: Settings, monkeypatch: pytest.MonkeyPatc
     """The consumer groups (and their topics) the role `module` joins, computed by the code."""
     # the pods' TURNSTREAM_HOME does not exist here: faust creates its data folder in it
     settings = dataclasses.replace(settings, state_dir=os.environ["TURNSTREAM_HOME"])
-    if module in {"workers.inference", "workers.preprocess", "workers.tts", "workers.audit"}:
+    if module in {
+        "workers.inference",
+        "workers.preprocess",
+        "workers.tts",
+        "workers.audit",
+        "workers.tools",
+    }:
         from workers.runtime import clients
 
         app = importlib.import_module(f"{module}.app")
