@@ -109,6 +109,14 @@ class TraceRow:
     tool_call_ids: list[str]
     tool_arguments_bytes: int
     tool_result_ids: list[str]  # the calls whose results this turn returned
+    # the deployment's tools (workers/tools), aligned with tool_result_ids ('' / 0 for a
+    # result the client returned): how each call ran; migration 0019
+    tool_result_outcomes: list[str]  # ok, tool_error, tool_timeout, tool_outcome_unknown, ...
+    tool_result_ms: list[float]
+    tool_result_replayed: list[int]  # 1: the books held it (a redelivery): not run again
+    tool_result_keys: list[str]  # the idempotency key each call ran under
+    tool_round: int  # 0: the user's turn; n: the n-th continuation after the tools ran
+    continued_by: str  # the turn that returned this answer's server tool results
     submitted_at: datetime
     completed_at: datetime
 
@@ -225,6 +233,12 @@ def build_trace(
         tool_call_ids=[c.call_id for c in calls],
         tool_arguments_bytes=sum(len(c.arguments.encode()) for c in calls),
         tool_result_ids=[r.call_id for r in submitted.tool_results],
+        tool_result_outcomes=[r.run.outcome if r.run else "" for r in submitted.tool_results],
+        tool_result_ms=[r.run.duration_ms if r.run else 0.0 for r in submitted.tool_results],
+        tool_result_replayed=[int(r.run.replayed) if r.run else 0 for r in submitted.tool_results],
+        tool_result_keys=[r.run.idempotency_key if r.run else "" for r in submitted.tool_results],
+        tool_round=submitted.tool_round,
+        continued_by=completed.continued_by if completed is not None else "",
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )

@@ -120,7 +120,8 @@ TOOL_CALLS = textwrap.dedent("""
     from runtime.clickhouse.client import connect
     from runtime.clickhouse.migrate import migrate
     from runtime.settings import Settings
-    from schemas.events import FinishReason, ToolCall, ToolResult, ToolSpec
+    import msgspec
+    from schemas.events import FinishReason, ToolCall, ToolResult, ToolRun, ToolSpec
     from schemas.traces import TRACE_COLUMNS, build_trace
     from harness.factories import completed, submitted
 
@@ -146,6 +147,28 @@ TOOL_CALLS = textwrap.dedent("""
     assert got == [
         ("get_weather", "call_a_0", "tool_calls", "b", 250),
         ("add", "call_a_1", "tool_calls", "", None),  # its result never came
+    ], got
+    # a server tool's call: the tools worker ran it (a replay of the books, here)
+    served = [ToolSpec("kv__put", server="kv")]
+    put = ToolCall("call_c_0", "kv__put", "{}")
+    continuation = submitted("d", tools=served, tool_round=1)
+    run = ToolRun("call_c_0", "ok", 12.5, True, 2)
+    client.insert("turnstream.traces", [
+        build_trace(submitted("c", tools=served), completed=completed(
+            "c", finish_reason=FinishReason.TOOL_CALLS, tool_calls=[put],
+            continuation=continuation)).values(),
+        build_trace(msgspec.structs.replace(continuation, tool_results=[
+            ToolResult("call_c_0", "stored", "kv__put", run)]),
+            completed=completed("d")).values(),
+    ], column_names=list(TRACE_COLUMNS))
+    got = client.query(
+        "SELECT executor, result_turn_id, outcome, run_ms, replayed, idempotency_key "
+        "FROM turnstream.tool_calls ORDER BY call_id"
+    ).result_rows
+    assert got == [
+        ("client", "b", "", 0.0, 0, ""),  # the client ran it: no run of ours
+        ("client", "", "", 0.0, 0, ""),
+        ("server", "d", "ok", 12.5, 1, "call_c_0"),
     ], got
     print("ok")
 """)

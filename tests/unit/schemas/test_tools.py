@@ -5,14 +5,29 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import msgspec
 import pytest
 
-from schemas.events import OutputFormat, ToolCall, ToolChoice, ToolChoiceMode, ToolSpec
+from harness.factories import submitted
+from schemas.events import (
+    MediaKind,
+    MediaRef,
+    OutputFormat,
+    ToolCall,
+    ToolChoice,
+    ToolChoiceMode,
+    ToolSpec,
+    Truncation,
+)
 from schemas.tools import (
+    all_server_calls,
     call_constraint,
     call_id,
     call_text,
     choice_in_force,
+    continuation,
+    continuation_id,
+    idempotency_key,
     split_calls,
     tools_preamble,
 )
@@ -90,3 +105,46 @@ def test_the_prompt_describes_the_tools_and_history_reads_calls_back_the_same_wa
     call = ToolCall("c", "get_weather", '{"city":"Oslo"}')
     _, again = split_calls(call_text([call]), "x", whole=False)
     assert (again[0].name, again[0].arguments) == (call.name, call.arguments)
+
+
+# ---- the deployment's tools: which answers the tools worker continues, and how ---------------
+def test_only_an_answer_whose_calls_are_all_the_deployments_is_continued_by_the_server():
+    put = ToolSpec("kv__put", server="kv")
+    weather = ToolSpec("get_weather")
+    call = ToolCall("call_t_0", "kv__put", "{}")
+    assert all_server_calls([put], [call])
+    assert not all_server_calls([put, weather], [call, ToolCall("call_t_1", "get_weather", "{}")])
+    assert not all_server_calls([put], [])
+    assert not all_server_calls([weather], [ToolCall("call_t_0", "kv__put", "{}")])  # not offered
+
+
+def test_the_continuation_is_derived_and_never_forces_another_call():
+    turn = submitted(
+        "t-1",
+        text="remember this",
+        tools=[ToolSpec("kv__put", server="kv")],
+        tool_choice=ToolChoice(ToolChoiceMode.NAMED, "kv__put"),
+        media=[MediaRef(kind=MediaKind.IMAGE, sha256="ab" * 32)],
+        truncates=[Truncation("t-0", "heard")],
+    )
+    nxt = continuation(turn)
+    assert nxt.turn_id == continuation(turn).turn_id == continuation_id("t-1") != "t-1"
+    assert continuation(nxt).turn_id not in (nxt.turn_id, turn.turn_id)  # the next round's own
+    assert (nxt.text, nxt.media, nxt.truncates, nxt.tool_results) == ("", [], [], [])
+    assert nxt.tool_choice == ToolChoice(ToolChoiceMode.AUTO) and nxt.tool_round == 1
+    assert (nxt.conversation_id, nxt.edge_id, nxt.tools) == (
+        turn.conversation_id,
+        turn.edge_id,
+        turn.tools,
+    )
+    auto = continuation(msgspec.structs.replace(turn, tool_choice=None))
+    assert auto.tool_choice is None and continuation(auto).tool_round == 2
+
+
+def test_a_calls_idempotency_key_is_its_derived_id():
+    call = ToolCall(call_id("t-1", 2), "kv__put", "{}")
+    assert (
+        idempotency_key(call)
+        == call_id("t-1", 2)
+        == idempotency_key(ToolCall(call.call_id, "kv__put", '{"a":1}'))
+    )

@@ -7,10 +7,11 @@ import msgspec
 import pytest
 
 from harness.factories import completed
-from schemas.events import TokenChunk, ToolCall, ToolChoiceMode, TurnStarted
-from schemas.tools import call_id
+from schemas.events import TokenChunk, ToolCall, ToolChoiceMode, ToolSpec, TurnStarted
+from schemas.tools import AllowList, call_id, continuation
 from schemas.turn_log import LogPosition
-from ws_edge.actions import Send
+from ws_edge.actions import FollowTurn, Send
+from ws_edge.auth import mint_token
 from ws_edge.errors import InvalidMessage
 from ws_edge.messages import (
     CreateTurn,
@@ -19,9 +20,10 @@ from ws_edge.messages import (
     ResponseToolCallDelta,
     ResponseToolCallDone,
 )
+from ws_edge.server_tools import ServerTools
 from ws_edge.tools import turn_tools
 
-from .test_session import authed, frame, only_error
+from .test_session import SECRET, authed, frame, make_session, only_error
 
 WEATHER = {
     "type": "function",
@@ -153,3 +155,103 @@ def test_session_tools_are_offered_by_every_turn_without_its_own():
     assert cleared.event.tools == []
     [after] = session.receive(frame(type="turn.create", conversation_id="c3", text="hi"))
     assert after.turn.tools == []
+
+
+# ---- the deployment's tools (MCP servers'; `{"type": "mcp"}`) --------------------------------
+CATALOG = ServerTools(
+    AllowList.parse("acme=kv__*,calc__add;globex=calc__add"),
+    [
+        ToolSpec("calc__add", "Add", '{"type":"object"}', server="calc", read_only=True),
+        ToolSpec("calc__divide", "Divide", '{"type":"object"}', server="calc", read_only=True),
+        ToolSpec("kv__put", "Store", '{"type":"object"}', server="kv"),
+        ToolSpec("kv__get", "Read", '{"type":"object"}', server="kv", read_only=True),
+    ],
+)
+
+
+def served(tenant: str, **fields):
+    return turn_tools(
+        create(**fields), max_schema_bytes=16 * 1024, tenant=tenant, server_tools=CATALOG
+    )
+
+
+def test_an_mcp_entry_offers_the_servers_tools_the_tenant_may_call():
+    tools, _, _ = served("acme", tools=[{"type": "mcp", "server_label": "calc"}])
+    assert [t.name for t in tools] == ["calc__add"]  # divide: not allowed to acme
+    assert all(t.server == "calc" and t.read_only for t in tools)
+    tools, _, _ = served(
+        "acme", tools=[{"type": "mcp", "server_label": "kv", "allowed_tools": ["put"]}]
+    )
+    assert [(t.name, t.read_only) for t in tools] == [("kv__put", False)]
+    named = {"type": "function", "function": {"name": "kv__get"}}
+    _, choice, _ = served("acme", tools=[{"type": "mcp", "server_label": "kv"}], tool_choice=named)
+    assert (choice.mode, choice.name) == (ToolChoiceMode.NAMED, "kv__get")
+
+
+def test_server_tools_outside_the_allow_list_or_mixed_with_functions_are_refused():
+    def refusal(tenant: str, **fields) -> str:
+        with pytest.raises(InvalidMessage) as caught:
+            served(tenant, **fields)
+        assert caught.value.code == "invalid_tools"
+        return str(caught.value)
+
+    assert "'kv'" in refusal("globex", tools=[{"type": "mcp", "server_label": "kv"}])
+    assert "'nope'" in refusal("acme", tools=[{"type": "mcp", "server_label": "nope"}])
+    only = {"type": "mcp", "server_label": "calc", "allowed_tools": ["divide"]}
+    assert "divide" in refusal("acme", tools=[only])
+    assert "not both" in refusal("acme", tools=[WEATHER, {"type": "mcp", "server_label": "kv"}])
+    twice = [{"type": "mcp", "server_label": "kv"}] * 2
+    assert "twice" in refusal("acme", tools=twice)
+    # an edge with no catalog (no allow-list, or no tools worker) offers none
+    with pytest.raises(InvalidMessage):
+        turn_tools(
+            create(tools=[{"type": "mcp", "server_label": "kv"}]), max_schema_bytes=16 * 1024
+        )
+
+
+def test_an_answer_continued_by_the_tools_streams_its_continuation_next():
+    session = make_session()
+    session._server_tools = CATALOG
+    session.open(mint_token(SECRET, "alice", "acme"))
+    named = {"type": "function", "function": {"name": "kv__put"}}
+    [submit] = session.receive(
+        frame(
+            type="turn.create",
+            conversation_id="c1",
+            text="remember",
+            tools=[{"type": "mcp", "server_label": "kv"}],
+            tool_choice=named,
+        )
+    )
+    turn = submit.turn
+    session.submit_succeeded(turn.turn_id)
+    nxt = continuation(turn)
+    call = ToolCall(call_id(turn.turn_id, 0), "kv__put", "{}")
+    done = completed(
+        turn.turn_id,
+        conversation_id="c1",
+        finish_reason="tool_calls",
+        tool_calls=[call],
+        continuation=nxt,
+    )
+    actions = session.relay(done, LogPosition(1, 3))
+    [ended] = [
+        a.event for a in actions if isinstance(a, Send) and isinstance(a.event, ResponseDone)
+    ]
+    assert ended.continued_by == nxt.turn_id
+    [follow] = [a for a in actions if isinstance(a, FollowTurn)]
+    assert follow.turn == nxt and follow.owner == session.principal.owner
+    assert nxt.turn_id in session.open_turns
+    # its frames wait for its log, then come in order, without a `response.resumed`
+    live = TokenChunk(turn_id=nxt.turn_id, seq=1, text=" more", emitted_at_ms=2, attempt="a1")
+    assert session.relay(live, LogPosition(1, 2)) == []
+    started = TurnStarted(turn_id=nxt.turn_id, worker_id="w", model="m", attempt="a1")
+    first = TokenChunk(turn_id=nxt.turn_id, seq=0, text="Stored", emitted_at_ms=1, attempt="a1")
+    sent = session.follow_loaded(
+        nxt.turn_id, [(started, LogPosition(1, 0)), (first, LogPosition(1, 1))]
+    )
+    texts = [a.event.text for a in sent if isinstance(a.event, ResponseDelta)]
+    assert texts == ["Stored", " more"]
+    assert not any(type(a.event).__name__ == "ResponseResumed" for a in sent)
+    # the same answer again (a resumed log): nothing new to follow
+    assert not [a for a in session.relay(done) if isinstance(a, FollowTurn)]
