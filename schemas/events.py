@@ -94,7 +94,8 @@ class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class ToolRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """How the tools worker ran a deployment's tool call (its trace). `outcome`: `ok`,
     `tool_error` (the tool said it failed), an error code (`tool_timeout`,
-    `tool_outcome_unknown`, ...) or `cancelled` (not run: the turn was stopped first).
+    `tool_outcome_unknown`, ...), `cancelled` (not run: the turn was stopped first) or
+    `stopped` (cut short while it ran: it may have taken effect).
     `replayed`: the books already held its result (a redelivery, a retry): not run again."""
 
     idempotency_key: str

@@ -12,6 +12,10 @@ steady load of multi-turn conversations, then one fault at a time:
     edge-kill        kill -9 an edge with clients attached; they resume on the other
     assembly-kill    kill -9 the assembly faust job, restart it
     traces-kill      kill -9 the traces faust job, restart it
+    tools-kill       (--tools; after the others) questions that call a key-value MCP server
+                     with side effects: kill -9 the tools worker mid-call, a question sent
+                     again, a turn stopped while its call runs, every request redelivered;
+                     the books count each call's side effects (bench/faults/tool_books.py)
 
 With --cluster, Kafka is a replicated 3-broker KRaft cluster (replication factor 3,
 min.insync.replicas 2, acks=all, idempotent producers), and the faults are its own:
@@ -82,6 +86,9 @@ def parse(argv: list[str] | None = None) -> list[SuiteOptions]:
         "--engine", choices=[*ENGINES, "both"], default="both", help="default: fake, then vLLM"
     )
     parser.add_argument("--keep-home", action="store_true", help="keep the logs of the run")
+    parser.add_argument(
+        "--tools", action="store_true", help="and the tool scenario (tools-kill) after the others"
+    )
     args = parser.parse_args(argv)
     default = CLUSTER_SCENARIOS if args.cluster else SCENARIOS
     fake = SuiteOptions(
@@ -92,6 +99,7 @@ def parse(argv: list[str] | None = None) -> list[SuiteOptions]:
         warmup_s=args.duration_s * 0.4,
         after_s=args.duration_s * 0.6,
         keep_home=args.keep_home,
+        tools=args.tools,
     )
     vllm = dataclasses.replace(
         fake,
@@ -114,7 +122,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     ok = True
     for options in suites:
-        results = asyncio.run(run_suite(options))
+        run = asyncio.run(run_suite(options))
+        results = run.scenarios
         print()
         print(f"## {options.engine} engine")
         print(table(results))
@@ -125,7 +134,9 @@ def main() -> None:
         json_path = write_json(to_json(options, results), name)
         figure = plot(results, name)
         print(f"\n{json_path}\n{figure}")
-        ok = ok and all(r.ok for r in results)
+        if run.tools is not None:
+            print(run.tools.line())
+        ok = ok and run.ok
     sys.exit(0 if ok else 1)
 
 

@@ -46,6 +46,8 @@ from bench.faults.scenarios import (
 )
 from bench.faults.services import CLUSTER_NODES, IsolatedServices, isolated_services
 from bench.faults.stack import FaultStack, roles
+from bench.faults.tool_books import ToolBooks
+from bench.faults.tool_scenario import kv_server, run_tool_scenario, tool_env
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir
 
@@ -69,6 +71,19 @@ class SuiteOptions:
     edges: int = 2
     keep_home: bool = False  # keep the run's TURNSTREAM_HOME (logs) after it
     cluster: bool = False  # a replicated 3-broker KRaft cluster instead of one broker
+    # the tool scenario after the others (`tool_scenario`): a tools worker and a key-value
+    # MCP server join the stack
+    tools: bool = False
+
+
+@dataclass
+class SuiteRun:
+    scenarios: list[ScenarioResult]
+    tools: ToolBooks | None = None  # the tool scenario's books (when it ran)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.scenarios) and (self.tools is None or self.tools.balanced)
 
 
 @dataclass
@@ -110,9 +125,7 @@ def suite_env(options: SuiteOptions) -> dict[str, str]:
     return env
 
 
-async def run_suite(
-    options: SuiteOptions, progress: Progress = stderr_progress
-) -> list[ScenarioResult]:
+async def run_suite(options: SuiteOptions, progress: Progress = stderr_progress) -> SuiteRun:
     unknown = [s for s in options.scenarios if s not in ALL_SCENARIOS]
     if unknown:
         raise ValueError(f"unknown scenarios {unknown}; known: {list(ALL_SCENARIOS)}")
@@ -129,8 +142,13 @@ async def run_suite(
         kafka_nodes=CLUSTER_NODES if options.cluster else 1,
     )
     services: IsolatedServices = await asyncio.to_thread(services_cm.__enter__)
-    results: list[ScenarioResult] = []
+    run = SuiteRun([])
+    results = run.scenarios
+    extras = contextlib.ExitStack()
     try:
+        if options.tools:
+            kv_url, kv_books = extras.enter_context(kv_server(services.home))
+            services.env.update(tool_env(kv_url))
         progress(
             f"  home {services.home}, Kafka {services.env['TURNSTREAM_KAFKA_BOOTSTRAP']}, "
             f"Redis {services.env['TURNSTREAM_REDIS_URL']} ({clock.now():.0f} s)"
@@ -144,6 +162,7 @@ async def run_suite(
                 services.ports.edge,
                 services.ports.edge_http,
                 cores=sorted(os.sched_getaffinity(0)) if options.engine == "vllm" else None,
+                tools=options.tools,
             ),
             progress,
         )
@@ -155,13 +174,19 @@ async def run_suite(
                     ALL_SCENARIOS[name], FaultContext(stack, services, []), options, clock, progress
                 )
                 results.append(result)
+            if options.tools:
+                progress("tools-kill: tool calls while the tools worker is killed mid-call")
+                run.tools = await run_tool_scenario(
+                    stack, services.env, kv_books, progress=progress
+                )
         finally:
             progress("stopping the roles...")
             await asyncio.to_thread(stack.stop)
     finally:
+        extras.close()
         progress("stopping Kafka and Redis...")
         await asyncio.to_thread(services_cm.__exit__, None, None, None)
-    return results
+    return run
 
 
 async def run_scenario(

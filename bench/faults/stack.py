@@ -40,9 +40,12 @@ def roles(
     edge_port: int,
     edge_http_port: int,
     cores: list[int] | None = None,
+    *,
+    tools: bool = False,
 ) -> list[Role]:
     """Consumers first, edges last (as `infra.stack` starts them). With `cores` (a real
-    engine), each inference worker's engine is bound to its own of them."""
+    engine), each inference worker's engine is bound to its own of them; `tools`: a tools
+    worker too (the tool scenario)."""
     found = [
         Role(
             f"inference-{i}",
@@ -53,6 +56,7 @@ def roles(
         for i in range(1, workers + 1)
     ]
     found += [Role(name, name) for name in ("preprocess", "assembly", "traces", "sink")]
+    found += [Role("tools", "tools")] if tools else []
     found += [
         Role(
             f"edge-{i}",

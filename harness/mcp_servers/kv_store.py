@@ -19,6 +19,7 @@ from mcp.types import ToolAnnotations
 server = MCPServer("kv")
 STORE: dict[str, str] = {}
 BOOKS: list[Path] = []
+LINGER_S: list[float] = [0.0]  # every put's `linger_s` unless the call sets its own
 IDEMPOTENCY_META = "io.turnstream/idempotency-key"
 
 
@@ -36,6 +37,7 @@ async def put(
     idempotency = _get(meta, IDEMPOTENCY_META)
     with BOOKS[0].open("a") as books:
         books.write(json.dumps({"key": key, "value": value, "idempotency": idempotency}) + "\n")
+    linger_s = linger_s or LINGER_S[0]
     if linger_s > 0:
         await asyncio.sleep(linger_s)
     return f"stored {key}"
@@ -63,8 +65,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--books", type=Path, required=True)
+    parser.add_argument(
+        "--linger-s", type=float, default=0.0, help="answer every put this long after its write"
+    )
     args = parser.parse_args()
     BOOKS.append(args.books)
+    LINGER_S[0] = args.linger_s
     server.run("streamable-http", host="127.0.0.1", port=args.port)
 
 

@@ -2,11 +2,13 @@
 and Redis, the real roles as processes, a short load, and every fault — kill -9 an
 inference worker mid-stream, restart the Kafka broker, restart Redis, ClickHouse down 20 s,
 kill -9 an edge with clients attached (they resume on the other), kill -9 the assembly and
-the traces faust jobs. After each: every accepted turn ended once at its client, nothing
-answered twice or decided twice, streamed texts whole, every accepted turn recorded in
-`turns.completed` as its client saw it and traced once in ClickHouse, and the fault hit
-work in flight (the killed worker's answers restarted on the other; the killed edge's
-clients resumed on the other).
+the traces faust jobs; then the tool scenario (kill -9 the tools worker mid-call, a
+question sent again, a call stopped, every request redelivered: each side effect counted).
+After each: every accepted turn ended once at its client, nothing answered twice or
+decided twice, streamed texts whole, every accepted turn recorded in `turns.completed` as
+its client saw it and traced once in ClickHouse, and the fault hit work in flight (the
+killed worker's answers restarted on the other; the killed edge's clients resumed on the
+other).
 
 ~5 min on 2 cores: starting the stack, the faults' outages, and Kafka's session timeout
 (TURNSTREAM_KAFKA_SESSION_TIMEOUT_S, 10 s) for each killed member's partitions."""
@@ -33,8 +35,10 @@ async def test_the_books_balance_under_faults():
         token_interval_ms=40.0,  # ~1.3 s answers: the kill finds some still streaming
         warmup_s=4.0,
         after_s=4.0,
+        tools=True,  # and the tool scenario: its side effects counted
     )
-    results = await run_suite(options, progress=print)
+    run = await run_suite(options, progress=print)
+    results = run.scenarios
     print(table(results))
     assert [r.name for r in results] == list(CI_SCENARIOS)
     for result in results:
@@ -43,3 +47,5 @@ async def test_the_books_balance_under_faults():
     by_name = {r.name: r for r in results}
     assert by_name["edge-kill"].books.resumed > 0  # clients did resume on the other edge
     assert by_name["worker-kill"].books.restarted > 0  # the kill cut answers in flight
+    assert run.tools is not None and run.tools.balanced, run.tools.problems()
+    assert run.tools.regenerated and run.tools.redelivered and run.tools.stopped

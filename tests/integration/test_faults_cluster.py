@@ -39,7 +39,8 @@ async def test_the_books_balance_when_the_cluster_loses_a_broker():
         after_s=4.0,
         cluster=True,
     )
-    results = await run_suite(options, progress=print)
+    run = await run_suite(options, progress=print)
+    results = run.scenarios
     print(table(results))
     assert [r.name for r in results] == list(CI_CLUSTER_SCENARIOS)
     for result in results:

@@ -41,7 +41,7 @@ from workers.tools.book_rules import UNKNOWN, BookState, decode_entry
 from workers.tools.books import ToolBooks
 from workers.tools.mcp_servers import McpServers
 from workers.tools.servers import ServerSpec
-from workers.tools.service import CANCELLED, ToolsConfig, ToolsService
+from workers.tools.service import CANCELLED, STOPPED, ToolsConfig, ToolsService
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import FunctionName, McpTool, NamedToolChoice
 
@@ -360,10 +360,10 @@ async def test_a_stopped_turn_runs_no_call_and_a_running_one_is_cut_short(direct
     await task
     listener.cancel()
     [result] = await _results_of(settings, running.continued_by)
-    assert result.run.outcome == CANCELLED
+    assert result.run.outcome == STOPPED
     entry = decode_entry(await redis.get(names.tool_book_key(running.tool_calls[0].call_id)))
-    assert entry is not None and entry.state == BookState.DONE and entry.outcome == CANCELLED
+    assert entry is not None and entry.state == BookState.DONE and entry.outcome == STOPPED
     await asyncio.sleep(2.0)  # past the call's delay: did the server finish the write anyway?
     # MCP cancels the request on the server too: the write never happened
     assert [w for w in writes(books) if w["key"] == "k3"] == []
-    assert msgspec.json.decode(msgspec.json.encode(result.run))["outcome"] == CANCELLED
+    assert msgspec.json.decode(msgspec.json.encode(result.run))["outcome"] == STOPPED

@@ -49,7 +49,8 @@ from workers.tools.errors import ToolsError
 from workers.tools.mcp_servers import McpServers
 
 log = logging.getLogger("turnstream.tools")
-CANCELLED = "cancelled"
+CANCELLED = "cancelled"  # not run: the turn was stopped before the call
+STOPPED = "stopped"  # cut short while it ran: it may have taken effect
 CANCELLED_TEXT = "Not run: the user stopped the turn before this call."
 CUT_SHORT_TEXT = "Stopped: the user stopped the turn while this call ran; it may have taken effect."
 
@@ -174,7 +175,7 @@ class ToolsService:
         except asyncio.CancelledError:
             if not task.cancelled() or asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 raise  # this worker is stopping: the claim stays; a redelivery judges it
-            return self._done(CUT_SHORT_TEXT, CANCELLED)
+            return self._done(CUT_SHORT_TEXT, STOPPED)
         except ToolsError as err:
             return self._done(f"The tool call failed ({err.code}): {err}", err.code)
         finally:
