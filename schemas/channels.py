@@ -39,6 +39,11 @@ class RedisNames:
         """Marker set when a turn is cancelled, so a worker that has not started it skips it."""
         return f"{self.prefix}:turn:{turn_id}:cancelled"
 
+    def confirmed_key(self, turn_id: str) -> str:
+        """Marker set when a turn started on a guess (the voice loop's) is confirmed: the
+        user did stop talking. Side-effecting tool calls of its answer wait for it."""
+        return f"{self.prefix}:turn:{turn_id}:confirmed"
+
     def done_key(self, turn_id: str) -> str:
         """Set when a turn reached its terminal state: a redelivery is not answered twice."""
         return f"{self.prefix}:turn:{turn_id}:done"

@@ -294,6 +294,9 @@ class TurnSubmitted(Event, frozen=True, tag="turn.submitted"):
     # how many answers of deployment's tool calls led to this turn since the user's own
     # (0: the user's); the tools worker submits the next one, up to a limit
     tool_round: int = 0
+    # the voice loop started it on a guess that the user stopped talking: until the edge
+    # confirms it (`RedisNames.confirmed_key`), the deployment's side-effecting tools wait
+    speculative: bool = False
 
 
 class SafetyStage(enum.StrEnum):

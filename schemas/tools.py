@@ -58,8 +58,7 @@ def tools_preamble(tools: list[ToolSpec]) -> str:
         f"{listed}\n"
         "To call one, answer with "
         f'{CALL_OPEN}{{"name": <tool name>, "arguments": <arguments as JSON>}}{CALL_CLOSE}. '
-        f"Its result comes back as {RESULT_OPEN}...{RESULT_CLOSE}; then answer the user "
-        "with it, in a sentence of your own."
+        f"Its result comes back as {RESULT_OPEN}...{RESULT_CLOSE}."
     )
 
 

@@ -107,6 +107,14 @@ class ResumeTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfirmTurn:
+    """A turn started on a guess is confirmed (the user did stop talking): mark it, so the
+    deployment's side-effecting tool calls of its answer may run."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class FollowTurn:
     """An answer continues in another turn (the deployment's tools ran its calls): route
     its frames here, record who may resume it, read its log from the start, then
@@ -134,5 +142,6 @@ Action = (
     | CheckTurn
     | ResumeTurn
     | FollowTurn
+    | ConfirmTurn
     | ResolveApiKey
 )

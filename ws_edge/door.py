@@ -42,6 +42,7 @@ from ws_edge.actions import (
     Action,
     CheckTurn,
     Close,
+    ConfirmTurn,
     DetectSpeech,
     DropAudio,
     FollowTurn,
@@ -179,6 +180,8 @@ class TurnDoor:
                     self._spawn(self._submit(action))
                 case ResumeTurn():
                     self._spawn(self._resume(action))
+                case ConfirmTurn(turn_id):
+                    self._spawn(self._confirm(turn_id))
                 case FollowTurn():
                     self._start_turn_span(action.turn)
                     self.edge.relay.route(action.turn.turn_id, self._on_relay)
@@ -425,6 +428,16 @@ class TurnDoor:
         prom.EDGE_RESUMES.labels(plan.status).inc()
         self._apply(self.session.resume_loaded(turn_id, plan, entries, outcome))
         self._release(turn_id)
+
+    async def _confirm(self, turn_id: str) -> None:
+        """Its side-effecting tool calls wait for this (workers/tools); lost, they run
+        none, as for a guess that was withdrawn: safe, and said in the call's result."""
+        try:
+            await self.edge.redis.set(
+                self.edge.names.confirmed_key(turn_id), "1", ex=CANCEL_MARKER_TTL_S
+            )
+        except RedisError as exc:
+            log.warning("turn %s: its confirmation was not recorded (%s)", turn_id, exc)
 
     async def _follow(self, action: FollowTurn) -> None:
         """Stream the turn an answer continues in (routed already, so every frame is in

@@ -36,4 +36,7 @@ class Route:
     # reaches the client until the guess is confirmed; `withdrawn` when it proved wrong
     speculative: bool = False
     withdrawn: bool = False
+    # a guess whose answer may call the deployment's side-effecting tools: they wait for
+    # its confirmation (marked in Redis), so the confirmation is told
+    confirm_tools: bool = False
     carried: list[Truncation] = field(default_factory=list)  # its turn's `truncates`

@@ -765,7 +765,9 @@ class Session(VoiceTurns):
             actions.append(Close(CLOSE_POLICY_VIOLATION, "too many failed authentications"))
         return actions
 
-    def _create_turn(self, principal: Principal, msg: CreateTurn) -> list[Action]:
+    def _create_turn(
+        self, principal: Principal, msg: CreateTurn, *, speculative: bool = False
+    ) -> list[Action]:
         self._check_room()
         turn_id = turn_id_for(principal, msg.conversation_id, msg.client_turn_id)
         if turn_id in self._routes:
@@ -812,9 +814,11 @@ class Session(VoiceTurns):
             tools=tools,
             tool_choice=tool_choice,
             tool_results=tool_results,
+            speculative=speculative,
         )
         route = Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
         route.carried = turn.truncates
+        route.confirm_tools = speculative and any(t.server and not t.read_only for t in tools)
         self._routes[turn_id] = route
         return self._queue_submit(SubmitTurn(turn, principal.owner, tuple(content.uploads)))
 

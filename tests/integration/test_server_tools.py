@@ -367,3 +367,46 @@ async def test_a_stopped_turn_runs_no_call_and_a_running_one_is_cut_short(direct
     # MCP cancels the request on the server too: the write never happened
     assert [w for w in writes(books) if w["key"] == "k3"] == []
     assert msgspec.json.decode(msgspec.json.encode(result.run))["outcome"] == STOPPED
+
+
+async def test_a_guessed_voice_turns_side_effects_wait_for_its_confirmation(direct_worker):
+    """A voice turn started on a guess that the user finished: its write runs once the guess
+    is confirmed, never when it is withdrawn (and a withdrawn guess is not continued); a
+    read-only call does not wait."""
+    settings, worker, books, redis, names = direct_worker
+
+    def guess(turn_id: str, arguments: dict, tool: str = "kv__put") -> TurnCompleted:
+        request = _request(settings, turn_id, arguments, tool=tool)
+        return msgspec.structs.replace(
+            request,
+            continuation=msgspec.structs.replace(request.continuation, speculative=True),
+        )
+
+    withdrawn = guess("guess-1", {"key": "g1", "value": "v"})
+    await redis.set(names.cancelled_key("guess-1"), "1", ex=60)  # the user went on talking
+    await worker("w1").handle(withdrawn)
+    assert writes(books) == [] and await _results_of(settings, withdrawn.continued_by) == []
+    confirmed = guess("guess-2", {"key": "g2", "value": "v"})
+    service = worker("w1")
+    task = asyncio.create_task(service.handle(confirmed))
+    await asyncio.sleep(0.5)
+    assert writes(books) == []  # waiting for the verdict on the guess
+    await redis.set(names.confirmed_key("guess-2"), "1", ex=60)
+    await task
+    assert [w["key"] for w in writes(books)] == ["g2"]
+    [result] = await _results_of(settings, confirmed.continued_by)
+    assert result.run.outcome == "ok"
+    [submitted] = [
+        decode(r.value)
+        for r in await records_so_far(
+            settings.kafka_bootstrap,
+            TURNS_SUBMITTED.full_name(settings.namespace),
+            lambda r: confirmed.continued_by.encode() in r.value,
+        )
+    ]
+    assert not submitted.speculative  # it follows a confirmed answer
+    read = guess("guess-3", {"key": "g2"}, tool="kv__get")
+    await redis.set(names.confirmed_key("guess-3"), "1", ex=60)
+    await worker("w1").handle(read)
+    [result] = await _results_of(settings, read.continued_by)
+    assert result.output == "v"

@@ -53,6 +53,11 @@ CANCELLED = "cancelled"  # not run: the turn was stopped before the call
 STOPPED = "stopped"  # cut short while it ran: it may have taken effect
 CANCELLED_TEXT = "Not run: the user stopped the turn before this call."
 CUT_SHORT_TEXT = "Stopped: the user stopped the turn while this call ran; it may have taken effect."
+UNCONFIRMED_TEXT = (
+    "Not run: the turn was started on a guess that the user had finished speaking, and the "
+    "guess was not confirmed."
+)
+CONFIRM_POLL_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,7 @@ class ToolsConfig:
     timeout_s: float = 10.0
     grace_s: float = 5.0  # past a claim's timeout, before it counts as dead
     max_rounds: int = 4  # tool rounds per user turn; the last continuation may call none
+    confirm_wait_s: float = 20.0  # a guessed voice turn's side effects wait this long for it
 
 
 @dataclass
@@ -83,6 +89,10 @@ class ToolsService:
         self.held += 1
         try:
             results = [await self._result_of(event, call) for call in event.tool_calls]
+            if event.continuation.speculative and not await self._confirmed(event):
+                # a withdrawn guess: nobody follows it (its side effects ran none)
+                log.info("turn %s was a withdrawn guess: not continued", event.turn_id)
+                return
             await self._continue(event.continuation, results)
         finally:
             self.held -= 1
@@ -120,6 +130,9 @@ class ToolsService:
         key = idempotency_key(call)
         spec = next((t for t in turn.tools if t.name == call.name), None)
         read_only = spec is not None and spec.read_only
+        # a voice turn started on a guess: its side effects wait until the user is known to
+        # have finished (read-only calls run at once: nothing to undo)
+        unconfirmed = turn.speculative and not read_only and not await self._confirmed(answer)
         mine = self._claim()
         found, seen = await self.books.claim(key, mine)
         while True:
@@ -146,7 +159,10 @@ class ToolsService:
                 if not await self.books.take_over(key, seen, mine):
                     found, seen = await self.books.claim(key, mine)
                     continue
-            entry = await self._run(turn, call, spec)
+            if unconfirmed:
+                entry = self._done(UNCONFIRMED_TEXT, CANCELLED)
+            else:
+                entry = await self._run(turn, call, spec)
             await self.books.record(key, entry)
             return _result(call, entry.output, entry.outcome, entry.duration_ms)
 
@@ -185,6 +201,21 @@ class ToolsService:
         kind = "tool_error" if outcome.is_error else "ok"
         return self._done(outcome.text, kind, outcome.duration_ms)
 
+    async def _confirmed(self, answer: TurnCompleted) -> bool:
+        """The guessed turn was confirmed (True) or withdrawn / never confirmed in time."""
+        confirmed = self.names.confirmed_key(answer.turn_id)
+        cancelled = self.names.cancelled_key(answer.turn_id)
+        deadline = self.clock_ms() + self.config.confirm_wait_s * 1000
+        while self.clock_ms() < deadline:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.exists(confirmed)
+                pipe.exists(cancelled)
+                yes, no = await pipe.execute()
+            if yes or no:  # confirmed wins: a withdrawn guess is never confirmed
+                return bool(yes)
+            await asyncio.sleep(CONFIRM_POLL_S)
+        return False
+
     def _claim(self) -> BookEntry:
         now = self.clock_ms()
         deadline = now + (self.config.timeout_s + self.config.grace_s) * 1000
@@ -202,7 +233,11 @@ class ToolsService:
         if turn.tool_round >= self.config.max_rounds:
             choice = ToolChoice(ToolChoiceMode.NONE)
         continued = msgspec.structs.replace(
-            turn, tool_results=results, tool_choice=choice, submitted_at_ms=self.clock_ms()
+            turn,
+            tool_results=results,
+            tool_choice=choice,
+            submitted_at_ms=self.clock_ms(),
+            speculative=False,  # it follows an answer the client was shown: confirmed
         )
         await self.producer.send_and_wait(
             self.config.submitted_topic, encode(continued), turn.conversation_id.encode()

@@ -20,6 +20,7 @@ from schemas.events import (
 from ws_edge.actions import (
     Action,
     CheckTurn,
+    ConfirmTurn,
     DetectSpeech,
     DropAudio,
     PublishTruncation,
@@ -247,7 +248,7 @@ class VoiceTurns:
         silence rule alone decides."""
         if self._withdrawn_count() >= self._limits.max_open_turns:
             return []
-        actions = self._submit_utterance(detection, paused.pcm)
+        actions = self._submit_utterance(detection, paused.pcm, speculative=True)
         turn_id = next(reversed(self._routes))
         self._routes[turn_id].speculative = True
         self._speculative = turn_id
@@ -262,7 +263,8 @@ class VoiceTurns:
         route.speculative = False
         stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
         announced = self._announce(turn_id, route) if route.accepted else []
-        return [Send(stopped), *announced]
+        confirm = [ConfirmTurn(turn_id)] if route.confirm_tools else []
+        return [Send(stopped), *confirm, *announced]
 
     def _withdraw(self) -> list[Action]:
         """The user went on talking: the guessed turn is void (stopped, and kept out of the
@@ -308,7 +310,9 @@ class VoiceTurns:
         stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
         return [Send(stopped), *actions]
 
-    def _submit_utterance(self, detection: TurnDetection, pcm: bytes) -> list[Action]:
+    def _submit_utterance(
+        self, detection: TurnDetection, pcm: bytes, *, speculative: bool = False
+    ) -> list[Action]:
         if self.principal is None:  # expired while its audio was being scored
             raise AuthError("token expired: send session.authenticate", code="token_expired")
         self._audio.clear(detection.stream_id)
@@ -324,4 +328,4 @@ class VoiceTurns:
                 )
             ],
         )
-        return self._create_turn(self.principal, msg)
+        return self._create_turn(self.principal, msg, speculative=speculative)

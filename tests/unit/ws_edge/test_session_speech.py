@@ -16,14 +16,16 @@ from schemas.events import (
     SpeechSettings,
     TokenChunk,
     ToolCall,
+    ToolSpec,
     Truncation,
     TurnStarted,
     TurnTruncated,
 )
-from schemas.tools import call_id
+from schemas.tools import AllowList, call_id
 from tests.unit.ws_edge.test_session import SECRET, frame, only_error
 from ws_edge.actions import (
     CheckTurn,
+    ConfirmTurn,
     DetectSpeech,
     DropAudio,
     PublishTruncation,
@@ -49,6 +51,7 @@ from ws_edge.messages import (
     TurnAccepted,
     TurnDetection,
 )
+from ws_edge.server_tools import ServerTools
 from ws_edge.session import Session, SessionLimits
 from ws_edge.voice.loop import EAGERNESS, FRAME_BYTES, VadRules
 
@@ -1187,3 +1190,24 @@ def test_a_withdrawn_guess_never_shows_its_tool_calls_and_a_spoken_turn_offers_s
     done = completed(first, conversation_id="c1", finish_reason="tool_calls", tool_calls=[call])
     assert session.relay(done) == []  # void: no tool_call.done, no response.done
     assert session.open_turns == []
+
+
+def test_a_guess_offering_side_effecting_server_tools_is_marked_once_confirmed():
+    """The deployment's side-effecting tools wait for a guessed turn's confirmation (the
+    tools worker reads the mark); a guess without such tools costs no mark."""
+    catalog = ServerTools(
+        AllowList.parse("*=kv__*"),
+        [ToolSpec("kv__put", server="kv"), ToolSpec("kv__get", server="kv", read_only=True)],
+    )
+    for allowed, marked in ((None, True), (["get"], False)):
+        session, _, mic = listening()
+        session._server_tools = catalog
+        update(session, tools=[{"type": "mcp", "server_label": "kv", "allowed_tools": allowed}])
+        submit = guessed(mic)
+        turn_id = submit.turn.turn_id
+        assert submit.turn.speculative
+        session.submit_succeeded(turn_id)
+        assert mic.say([0.0] * 8) == []
+        confirmed = mic.say([0.0])
+        assert confirmed[0] == Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id))
+        assert (ConfirmTurn(turn_id) in confirmed) is marked
