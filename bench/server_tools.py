@@ -14,7 +14,8 @@ of the right tool, calls with the right numbers, final answers that contain the 
 tool hop (the calling answer's end to the continuation's first token at the client), turns'
 latency.
 
-    python -m bench.server_tools
+    python -m bench.server_tools                  # vLLM CPU, the bundled model (~5 min)
+    python -m bench.server_tools --engine fake    # what a tool round costs the pipeline
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from harness.stack import pipeline
 from runtime.processes import REPO
 from runtime.settings import Settings
 from schemas.tools import AllowList
+from workers.inference.engines.fake_engine import FakeEngine
 from workers.tools.mcp_servers import McpServers
 from workers.tools.servers import ServerSpec
 from ws_edge.client import EdgeClient
@@ -171,7 +173,7 @@ def report(results: dict[str, list[Step]]) -> None:
             )
 
 
-def plot(results: dict[str, list[Step]]) -> None:
+def plot(results: dict[str, list[Step]], name: str, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,10 +187,16 @@ def plot(results: dict[str, list[Step]]) -> None:
         left.bar(xs, [share(steps, a) for a in labels], width, label=mode)
     left.set_xticks(
         range(len(labels)),
-        ["called", "right tool", "right numbers", "answer has result", "echoes the result"],
+        [
+            "called",
+            "right\ntool",
+            "right\nnumbers",
+            "answer has\nthe result",
+            "answer echoes\nthe result",
+        ],
     )
     left.set_ylabel("% of questions")
-    left.set_title("calculator over MCP, bundled SmolLM2-135M")
+    left.set_title(f"calculator over MCP ({title})")
     left.legend()
     hops = [s.hop_ms for steps in results.values() for s in steps if s.hop_ms is not None]
     if hops:
@@ -196,13 +204,19 @@ def plot(results: dict[str, list[Step]]) -> None:
     right.set_xlabel("tool hop (ms): calling answer's end → continuation's first token")
     right.set_ylabel("questions")
     fig.tight_layout()
-    path = save_figure(fig, "server_tools")
+    path = save_figure(fig, name)
     print(f"plot: {path}")
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", default="auto,required")
+    parser.add_argument(
+        "--engine",
+        choices=["vllm", "fake"],
+        default="vllm",
+        help="fake: what a tool round costs the pipeline itself (its answers echo the prompt)",
+    )
     args = parser.parse_args()
     await asyncio.to_thread(
         subprocess.run, [str(REPO / "infra" / "services.sh"), "start"], check=True, cwd=REPO
@@ -218,7 +232,9 @@ async def main() -> None:
         allow=AllowList.parse(settings.tool_allow),
     )
     await servers.start()
-    engine = await start_bundled_vllm()
+    engine = (
+        await start_bundled_vllm() if args.engine == "vllm" else FakeEngine(token_interval_s=0.02)
+    )
     results: dict[str, list[Step]] = {}
     try:
         async with pipeline(settings, engine, with_safety=False, tools=servers) as running:
@@ -231,11 +247,17 @@ async def main() -> None:
         await servers.close()
         await drop_namespace(settings)
     print(
-        f"\npython -m bench.server_tools, {time.strftime('%Y-%m-%d %H:%M')}, "
+        f"\npython -m bench.server_tools --engine {args.engine}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, "
         f"{len(CONVERSATIONS)} two-step conversations per mode"
     )
     report(results)
-    plot(results)
+    vllm = args.engine == "vllm"
+    plot(
+        results,
+        "server_tools" if vllm else "server_tools-fake",
+        "bundled SmolLM2-135M, vLLM CPU" if vllm else "fake engine: its answers echo",
+    )
 
 
 if __name__ == "__main__":

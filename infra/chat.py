@@ -6,7 +6,10 @@ conversation, `/quit` leaves. `/image PATH-or-https-URL [question]` asks about a
 `/audio PATH [text]` sends a recording (WAV, WebM/Opus, MP3...) as the question.
 `/speak [VOICE]` has answers spoken too (a terminal cannot play them: each answer's audio is
 saved as a WAV file in `--speech-dir`), `/speak off` stops; Ctrl-C then interrupts the
-answer (barge-in: the history keeps what was spoken so far).
+answer (barge-in: the history keeps what was spoken so far). `/tools SERVER` offers the
+tools of one of the deployment's MCP servers (the local stack runs `calc`, a calculator)
+and has each question answered by a call of one of them, run by the tools worker, whose
+result the answer then goes on from; `/tools off` stops.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ws_edge.client import EdgeClient, TurnRejected, audio_part, image_part
 from ws_edge.messages import (
     ErrorEvent,
     InputTranscript,
+    McpTool,
     Part,
     ResponseAudio,
     ResponseAudioDone,
@@ -118,50 +122,77 @@ async def answer(
     turn_id = await client.start_turn(conversation, text, parts=list(parts))
     loop = asyncio.get_running_loop()
     cancels: list[asyncio.Task[None]] = []
-    audio: list[bytes] = []
-    rate = 22050
+    following = [turn_id]  # the answer, then each turn it continues in (the tools ran)
 
     def on_interrupt() -> None:
         if not cancels:
-            stop = client.interrupt(turn_id) if speech_dir else client.cancel(turn_id)
+            now = following[-1]
+            stop = client.interrupt(now) if speech_dir else client.cancel(now)
             cancels.append(loop.create_task(stop))
 
     loop.add_signal_handler(signal.SIGINT, on_interrupt)
     try:
-        async for event in client.events(turn_id, speech=speech_dir is not None):
-            if isinstance(event, ResponseAudio):
-                audio.append(b64decode(event.audio))
-                rate = event.sample_rate
-            elif isinstance(event, ResponseTruncated):
-                print(f"{DIM}\n[interrupted: the history keeps {event.text!r}]{RESET}")
-            elif isinstance(event, ResponseAudioDone) and speech_dir is not None:
-                pcm = b"".join(audio)
-                path = await asyncio.to_thread(save_speech, speech_dir, turn_id, pcm, rate)
-                seconds = len(pcm) / 2 / rate
-                print(f"{DIM}(spoke {seconds:.1f} s, {event.reason}: {path}){RESET}", flush=True)
-            if isinstance(event, InputTranscript):
-                print(f"{DIM}(heard: {event.text}){RESET}\nassistant> ", end="", flush=True)
-            elif isinstance(event, ResponseDelta):
-                print(event.text, end="", flush=True)
-            elif isinstance(event, ResponseRetracted):
-                # a terminal cannot unprint: strike what was shown, then the replacement
-                print(f"{DIM}\n[retracted {event.shown_chars} characters: {event.reason}]{RESET}")
-                print(event.text, end="", flush=True)
-            elif isinstance(event, ErrorEvent):
-                print(f"\n[error {event.code}: {event.message}]", flush=True)
-            elif isinstance(event, ResponseDone):
-                t = event.timings
-                ttft = f"{t.ttft_ms:.0f} ms" if t.ttft_ms is not None else "-"
-                note = f" [{event.finish_reason}]" if event.finish_reason != "stop" else ""
-                if event.error is not None:
-                    note += f" [{event.error.code}: {event.error.message}]"
-                print(
-                    f"{note}\n{DIM}({event.usage.completion_tokens} tokens, first after {ttft}, "
-                    f"{t.e2e_ms / 1000:.1f} s, {event.model}){RESET}",
-                    flush=True,
-                )
+        while following:
+            done = await _stream(client, following[-1], speech_dir)
+            if done is None or not done.continued_by:
+                return
+            for call in done.tool_calls:
+                print(f"{DIM}(called {call.name} {call.arguments}){RESET}")
+            print("assistant> ", end="", flush=True)
+            following.append(done.continued_by)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _stream(client: EdgeClient, turn_id: str, speech_dir: Path | None) -> ResponseDone | None:
+    """Print one turn's events; its `response.done`."""
+    audio: list[bytes] = []
+    rate = 22050
+    ended: ResponseDone | None = None
+    async for event in client.events(turn_id, speech=speech_dir is not None):
+        if isinstance(event, ResponseAudio):
+            audio.append(b64decode(event.audio))
+            rate = event.sample_rate
+        elif isinstance(event, ResponseTruncated):
+            print(f"{DIM}\n[interrupted: the history keeps {event.text!r}]{RESET}")
+        elif isinstance(event, ResponseAudioDone) and speech_dir is not None:
+            pcm = b"".join(audio)
+            path = await asyncio.to_thread(save_speech, speech_dir, turn_id, pcm, rate)
+            seconds = len(pcm) / 2 / rate
+            print(f"{DIM}(spoke {seconds:.1f} s, {event.reason}: {path}){RESET}", flush=True)
+        if isinstance(event, InputTranscript):
+            print(f"{DIM}(heard: {event.text}){RESET}\nassistant> ", end="", flush=True)
+        elif isinstance(event, ResponseDelta):
+            print(event.text, end="", flush=True)
+        elif isinstance(event, ResponseRetracted):
+            # a terminal cannot unprint: strike what was shown, then the replacement
+            print(f"{DIM}\n[retracted {event.shown_chars} characters: {event.reason}]{RESET}")
+            print(event.text, end="", flush=True)
+        elif isinstance(event, ErrorEvent):
+            print(f"\n[error {event.code}: {event.message}]", flush=True)
+        elif isinstance(event, ResponseDone):
+            t = event.timings
+            ttft = f"{t.ttft_ms:.0f} ms" if t.ttft_ms is not None else "-"
+            note = f" [{event.finish_reason}]" if event.finish_reason != "stop" else ""
+            if event.error is not None:
+                note += f" [{event.error.code}: {event.error.message}]"
+            print(
+                f"{note}\n{DIM}({event.usage.completion_tokens} tokens, first after {ttft}, "
+                f"{t.e2e_ms / 1000:.1f} s, {event.model}){RESET}",
+                flush=True,
+            )
+            ended = event
+    return ended
+
+
+def tools_command(line: str) -> list[McpTool] | None:
+    """`/tools SERVER` → that server's tools, `/tools off` → none; None otherwise."""
+    words = line.split()
+    if not words or words[0] != "/tools":
+        return None
+    if len(words) != 2:
+        raise ValueError("usage: /tools SERVER (the local stack's: calc) or /tools off")
+    return [] if words[1] == "off" else [McpTool(server_label=words[1])]
 
 
 async def chat(url: str, token: str, speech_dir: Path) -> None:
@@ -170,7 +201,7 @@ async def chat(url: str, token: str, speech_dir: Path) -> None:
         print(
             f"connected to {url} as {client.ready.user_id} "
             "(Ctrl-C stops an answer, /new starts over, /image or /audio sends media, "
-            "/speak speaks, /quit or Ctrl-D leaves)"
+            "/speak speaks, /tools calc calls the calculator, /quit or Ctrl-D leaves)"
         )
         conversation = f"chat-{uuid.uuid4().hex[:12]}"
         speaking = False
@@ -185,6 +216,12 @@ async def chat(url: str, token: str, speech_dir: Path) -> None:
             if not line.strip():
                 continue
             try:
+                tools = tools_command(line)
+                if tools is not None:
+                    choice = "required" if tools else None  # the small model calls when held to
+                    await client.update_session(tools=tools, tool_choice=choice)
+                    print(f"(tools: {tools[0].server_label if tools else 'off'})")
+                    continue
                 voice = speak_command(line)
                 if voice is not None:
                     options = SpeechOptions(voice) if voice else None

@@ -410,3 +410,19 @@ async def test_a_guessed_voice_turns_side_effects_wait_for_its_confirmation(dire
     await worker("w1").handle(read)
     [result] = await _results_of(settings, read.continued_by)
     assert result.output == "v"
+
+
+async def test_the_terminal_chat_follows_an_answer_through_its_tool_call(tools_pipeline, capsys):
+    """`/tools calc` in `python -m infra.chat`: the question is answered by a calculator
+    call, shown, and the answer goes on from its result."""
+    from infra.chat import answer, tools_command
+
+    running, _ = tools_pipeline
+    async with EdgeClient.connect(running.url, running.token("ann")) as client:
+        tools = tools_command("/tools calc")
+        await client.update_session(tools=tools, tool_choice="required")
+        await answer(client, "conv-chat-1", "What is 17 plus 25?")
+    shown = capsys.readouterr().out
+    assert "(called calc__" in shown and "[tool_calls]" in shown
+    assert "<tool_response>" in shown  # the fake engine echoes the result it was given
+    assert tools_command("/tools off") == [] and tools_command("hello") is None
