@@ -47,7 +47,8 @@ from bench.faults.scenarios import (
 from bench.faults.services import CLUSTER_NODES, IsolatedServices, isolated_services
 from bench.faults.stack import FaultStack, roles
 from bench.faults.tool_books import ToolBooks
-from bench.faults.tool_scenario import kv_server, run_tool_scenario, tool_env
+from bench.faults.tool_scenario import LINGER_S, run_tool_scenario, tool_env
+from harness.mcp_servers.running import kv_store_server
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir
 
@@ -147,7 +148,9 @@ async def run_suite(options: SuiteOptions, progress: Progress = stderr_progress)
     extras = contextlib.ExitStack()
     try:
         if options.tools:
-            kv_url, kv_books = extras.enter_context(kv_server(services.home))
+            kv_url, kv_books = extras.enter_context(
+                kv_store_server(services.home, linger_s=LINGER_S)
+            )
             services.env.update(tool_env(kv_url))
         progress(
             f"  home {services.home}, Kafka {services.env['TURNSTREAM_KAFKA_BOOTSTRAP']}, "

@@ -12,10 +12,7 @@ between a redelivery and a second write.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -28,8 +25,6 @@ from bench.faults.load import TENANT
 from bench.faults.stack import FaultStack
 from bench.faults.tool_books import ToolBooks
 from harness.kafka import records_so_far
-from harness.metrics import free_port
-from runtime.processes import REPO
 from schemas.channels import RedisNames
 from schemas.topics import TOOLS_REQUESTED
 from workers.tools.book_rules import BookState, decode_entry
@@ -53,34 +48,6 @@ def tool_env(kv_url: str) -> dict[str, str]:
         "TURNSTREAM_TOOL_TIMEOUT_S": "2",
         "TURNSTREAM_TOOL_CATALOG_EVERY_S": "1",
     }
-
-
-@contextlib.contextmanager
-def kv_server(home: Path):
-    """The key-value MCP server on a free port: (its URL, its books of writes)."""
-    port, books = free_port(), home / "kv-books.jsonl"
-    books.touch()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.mcp_servers.kv_store",
-            "--port",
-            str(port),
-            "--books",
-            str(books),
-            "--linger-s",
-            str(LINGER_S),
-        ],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=(home / "kv-server.log").open("w"),
-    )
-    try:
-        yield f"http://127.0.0.1:{port}/mcp", books
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def effects(books: Path) -> list[str]:

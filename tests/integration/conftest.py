@@ -1,14 +1,10 @@
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from harness.metrics import free_port
+from harness.mcp_servers.running import kv_store_server
 from harness.stack import pipeline
 from runtime.settings import Settings
 from workers.inference.engines.fake_engine import FakeEngine
@@ -73,29 +69,5 @@ async def vllm_pipeline(services: Settings, session_namespace: str, tiny_engine)
 @pytest.fixture
 def kv_server(tmp_path: Path):
     """The key-value MCP server (streamable HTTP): its URL and its books of writes."""
-    port, books = free_port(), tmp_path / "books.jsonl"
-    books.touch()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.mcp_servers.kv_store",
-            "--port",
-            str(port),
-            "--books",
-            str(books),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:  # listening: its first client does not race its start
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the kv MCP server did not start"
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp", books
-    process.terminate()
-    process.wait(10)
+    with kv_store_server(tmp_path) as (url, books):
+        yield url, books
