@@ -350,7 +350,12 @@ async def test_a_stopped_turn_runs_no_call_and_a_running_one_is_cut_short(direct
     running = _request(settings, "stopped-2", {"key": "k3", "value": "v", "delay_s": 1.5})
     service = worker("w1")
     listener = asyncio.create_task(service.listen_for_cancels())
-    await asyncio.sleep(0.5)  # subscribed
+
+    async def subscribed() -> bool:
+        [(_, listeners)] = await redis.pubsub_numsub(names.control_channel())
+        return listeners > 0
+
+    await eventually(subscribed, timeout_s=10)
     task = asyncio.create_task(service.handle(running))
     await eventually(lambda: running.continued_by in service._running, timeout_s=10)
     await redis.publish(
