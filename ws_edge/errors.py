@@ -25,6 +25,8 @@ EdgeError
 │                           code: overloaded (retryable after `retry_after_ms`)
 ├── BrokerUnavailable       Kafka did not ack the turn; nothing was accepted
 │                           code: broker_unavailable (retryable)
+├── ToolsUnavailable        the deployment's tools are not listed right now (its tools
+│                           worker is down or starting)  code: tools_unavailable (retryable)
 └── StoreUnavailable        Redis did not answer; nothing was accepted
     │                       code: store_unavailable (retryable)
     └── RateLimitUnavailable  the rate limiter's Redis did not answer (the caller picks
@@ -109,6 +111,11 @@ class BrokerUnavailable(EdgeError):
 
 class StoreUnavailable(EdgeError):
     code = "store_unavailable"
+    retryable = True
+
+
+class ToolsUnavailable(EdgeError):
+    code = "tools_unavailable"
     retryable = True
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from schemas.events import ToolChoice, ToolChoiceMode, ToolResult, ToolSpec
 from schemas.tools import choice_in_force, split_qualified
-from ws_edge.errors import InvalidMessage
+from ws_edge.errors import InvalidMessage, ToolsUnavailable
 from ws_edge.messages import (
     CreateTurn,
     FunctionTool,
@@ -99,6 +99,11 @@ def offered_tools(
 def _server_tools(
     i: int, given: McpTool, offered: list[ToolSpec], tenant: str, server_tools: ServerTools
 ) -> list[ToolSpec]:
+    if server_tools.allow.rules and not server_tools.listed:
+        raise ToolsUnavailable(
+            f"tools[{i}]: the deployment's tools are not listed right now (its tools worker "
+            "is down or starting); retry shortly"
+        )
     allowed = server_tools.of_server(tenant, given.server_label, None)
     if not allowed:
         known = ", ".join(server_tools.servers()) or "none"

@@ -37,6 +37,7 @@ STATUS: dict[str, int] = {
     "overloaded": 503,
     "broker_unavailable": 503,
     "store_unavailable": 503,
+    "tools_unavailable": 503,
 }
 _KIND = {
     400: "invalid_request_error",

@@ -12,7 +12,7 @@ from schemas.tools import AllowList, call_id, continuation
 from schemas.turn_log import LogPosition
 from ws_edge.actions import FollowTurn, Send
 from ws_edge.auth import mint_token
-from ws_edge.errors import InvalidMessage
+from ws_edge.errors import InvalidMessage, ToolsUnavailable
 from ws_edge.messages import (
     CreateTurn,
     ResponseDelta,
@@ -255,3 +255,17 @@ def test_an_answer_continued_by_the_tools_streams_its_continuation_next():
     assert not any(type(a.event).__name__ == "ResponseResumed" for a in sent)
     # the same answer again (a resumed log): nothing new to follow
     assert not [a for a in session.relay(done) if isinstance(a, FollowTurn)]
+
+
+def test_an_edge_whose_tools_worker_listed_nothing_says_to_retry():
+    """Tools are offered (an allow-list) but no catalog is in Redis: the tools worker is
+    down or starting. A retryable error, not 'not offered to you'."""
+    waiting = ServerTools(AllowList.parse("acme=kv__*"), [])
+    with pytest.raises(ToolsUnavailable) as caught:
+        turn_tools(
+            create(tools=[{"type": "mcp", "server_label": "kv"}]),
+            max_schema_bytes=16 * 1024,
+            tenant="acme",
+            server_tools=waiting,
+        )
+    assert caught.value.code == "tools_unavailable" and caught.value.retryable
