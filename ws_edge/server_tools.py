@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -18,7 +17,7 @@ from redis.exceptions import RedisError
 
 from schemas.channels import RedisNames
 from schemas.events import ToolSpec
-from schemas.tools import AllowList, split_qualified
+from schemas.tools import AllowList
 
 log = logging.getLogger("turnstream.edge.tools")
 _catalog = msgspec.json.Decoder(list[ToolSpec])
@@ -29,15 +28,9 @@ class ServerTools:
     allow: AllowList = field(default_factory=AllowList)
     listed: list[ToolSpec] = field(default_factory=list)
 
-    def of_server(self, tenant: str, server: str, only: Sequence[str] | None) -> list[ToolSpec]:
-        """The tools of `server` this tenant may call (`only`: just these of them)."""
-        return [
-            t
-            for t in self.listed
-            if t.server == server
-            and self.allow.allows(tenant, t.name)
-            and (only is None or split_qualified(t.name)[1] in only)
-        ]
+    def of_server(self, tenant: str, server: str) -> list[ToolSpec]:
+        """The tools of `server` this tenant may call."""
+        return [t for t in self.listed if t.server == server and self.allow.allows(tenant, t.name)]
 
     def servers(self) -> list[str]:
         return sorted({t.server for t in self.listed})

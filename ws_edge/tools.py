@@ -104,7 +104,7 @@ def _server_tools(
             f"tools[{i}]: the deployment's tools are not listed right now (its tools worker "
             "is down or starting); retry shortly"
         )
-    allowed = server_tools.of_server(tenant, given.server_label, None)
+    allowed = server_tools.of_server(tenant, given.server_label)
     if not allowed:
         known = ", ".join(server_tools.servers()) or "none"
         raise InvalidMessage(
@@ -113,7 +113,8 @@ def _server_tools(
             "deployment's choice)",
             code=CODE,
         )
-    found = server_tools.of_server(tenant, given.server_label, given.allowed_tools)
+    only = given.allowed_tools
+    found = [t for t in allowed if only is None or split_qualified(t.name)[1] in only]
     missing = set(given.allowed_tools or ()) - {split_qualified(t.name)[1] for t in found}
     if missing or not found:
         raise InvalidMessage(

@@ -46,7 +46,7 @@ from bench.faults.scenarios import (
 )
 from bench.faults.services import CLUSTER_NODES, IsolatedServices, isolated_services
 from bench.faults.stack import FaultStack, roles
-from bench.faults.tool_books import ToolBooks
+from bench.faults.tool_books import SideEffectBooks
 from bench.faults.tool_scenario import LINGER_S, run_tool_scenario, tool_env
 from harness.mcp_servers.running import kv_store_server
 from runtime.settings import Settings
@@ -80,7 +80,7 @@ class SuiteOptions:
 @dataclass
 class SuiteRun:
     scenarios: list[ScenarioResult]
-    tools: ToolBooks | None = None  # the tool scenario's books (when it ran)
+    tools: SideEffectBooks | None = None  # the tool scenario's books (when it ran)
 
     @property
     def ok(self) -> bool:

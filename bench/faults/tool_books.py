@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class ToolBooks:
+class SideEffectBooks:
     questions: int = 0
     answered: int = 0  # questions whose client saw the final answer (after every tool round)
     calls: int = 0

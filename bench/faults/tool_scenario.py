@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 
 from bench.faults.load import TENANT
 from bench.faults.stack import FaultStack
-from bench.faults.tool_books import ToolBooks
+from bench.faults.tool_books import SideEffectBooks
 from harness.kafka import records_so_far
 from schemas.channels import RedisNames
 from schemas.topics import TOOLS_REQUESTED
@@ -62,10 +62,10 @@ async def run_tool_scenario(
     users: int = 3,
     questions_per_user: int = 4,
     progress: Progress = print,
-) -> ToolBooks:
+) -> SideEffectBooks:
     redis = Redis.from_url(env["TURNSTREAM_REDIS_URL"])
     names = RedisNames.for_namespace(env.get("TURNSTREAM_NAMESPACE", ""))
-    books = ToolBooks()
+    books = SideEffectBooks()
     calls: dict[str, str] = {}  # idempotency key (call id) → the turn it answers
     finished: list[ResponseDone] = []
     url = stack.edge_urls()[0]
@@ -126,7 +126,7 @@ async def _ask(
     client_turn_id: str,
     *,
     stop: bool,
-    books: ToolBooks,
+    books: SideEffectBooks,
 ) -> list[ResponseDone]:
     """The question's answers, through its tool rounds; `stop`: cancel the continuation as
     soon as it is named (its call is still running: the server lingers before answering)."""

@@ -162,12 +162,7 @@ async def test_a_redelivered_request_and_a_retried_turn_run_nothing_twice(tools_
     continuation = first[0].continued_by
 
     async def continuations() -> list[TurnSubmitted]:
-        found = await records_so_far(
-            settings.kafka_bootstrap,
-            TURNS_SUBMITTED.full_name(settings.namespace),
-            lambda r: continuation.encode() in r.value,
-        )
-        return [e for e in (decode(r.value) for r in found) if isinstance(e, TurnSubmitted)]
+        return await _continuations(settings, continuation)
 
     await eventually(lambda: _count(continuations, 2), timeout_s=30)
     submitted = await continuations()
@@ -263,13 +258,18 @@ async def direct_worker(services: Settings, session_namespace: str, kv_server):
         await servers.close()
 
 
-async def _results_of(settings: Settings, continuation_id: str) -> list:
+async def _continuations(settings: Settings, continuation_id: str) -> list[TurnSubmitted]:
+    """The turns the tools worker submitted under this id (one per request it handled)."""
     found = await records_so_far(
         settings.kafka_bootstrap,
         TURNS_SUBMITTED.full_name(settings.namespace),
         lambda r: continuation_id.encode() in r.value,
     )
-    return [decode(r.value).tool_results[0] for r in found]
+    return [e for e in (decode(r.value) for r in found) if isinstance(e, TurnSubmitted)]
+
+
+async def _results_of(settings: Settings, continuation_id: str) -> list:
+    return [t.tool_results[0] for t in await _continuations(settings, continuation_id)]
 
 
 # a tools worker that handles one request it reads from a file, then idles (killed by the test)
@@ -401,14 +401,7 @@ async def test_a_guessed_voice_turns_side_effects_wait_for_its_confirmation(dire
     assert [w["key"] for w in writes(books)] == ["g2"]
     [result] = await _results_of(settings, confirmed.continued_by)
     assert result.run.outcome == "ok"
-    [submitted] = [
-        decode(r.value)
-        for r in await records_so_far(
-            settings.kafka_bootstrap,
-            TURNS_SUBMITTED.full_name(settings.namespace),
-            lambda r: confirmed.continued_by.encode() in r.value,
-        )
-    ]
+    [submitted] = await _continuations(settings, confirmed.continued_by)
     assert not submitted.speculative  # it follows a confirmed answer
     read = guess("guess-3", {"key": "g2"}, tool="kv__get")
     await redis.set(names.confirmed_key("guess-3"), "1", ex=60)

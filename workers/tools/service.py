@@ -87,14 +87,22 @@ class ToolsService:
             log.warning("ignoring %s on the tools topic", type(event).__name__)
             return
         self.held += 1
+        # a voice turn started on a guess: the verdict on it, asked once for all its calls
+        verdict = (
+            asyncio.ensure_future(self._confirmed(event))
+            if event.continuation.speculative
+            else None
+        )
         try:
-            results = [await self._result_of(event, call) for call in event.tool_calls]
-            if event.continuation.speculative and not await self._confirmed(event):
+            results = [await self._result_of(event, call, verdict) for call in event.tool_calls]
+            if verdict is not None and not await verdict:
                 # a withdrawn guess: nobody follows it (its side effects ran none)
                 log.info("turn %s was a withdrawn guess: not continued", event.turn_id)
                 return
             await self._continue(event.continuation, results)
         finally:
+            if verdict is not None and not verdict.done():
+                verdict.cancel()
             self.held -= 1
 
     async def fail_turn(self, event: AnyEvent, reason: str) -> None:
@@ -124,7 +132,9 @@ class ToolsService:
                 await asyncio.sleep(0.5)
 
     # ---- one call ---------------------------------------------------------------------------
-    async def _result_of(self, answer: TurnCompleted, call: ToolCall) -> ToolResult:
+    async def _result_of(
+        self, answer: TurnCompleted, call: ToolCall, verdict: asyncio.Future[bool] | None
+    ) -> ToolResult:
         assert answer.continuation is not None
         turn = answer.continuation
         key = idempotency_key(call)
@@ -132,7 +142,7 @@ class ToolsService:
         read_only = spec is not None and spec.read_only
         # a voice turn started on a guess: its side effects wait until the user is known to
         # have finished (read-only calls run at once: nothing to undo)
-        unconfirmed = turn.speculative and not read_only and not await self._confirmed(answer)
+        unconfirmed = verdict is not None and not read_only and not await verdict
         mine = self._claim()
         found, seen = await self.books.claim(key, mine)
         while True:
