@@ -65,9 +65,21 @@ python_env() {
   echo "$stamp" > "$stamp_file"
 }
 
+analyst_clients() {
+  # The clients analysts bring, run by tests/integration/test_analyst_clients.py:
+  # clickhouse-go v2 (Go module proxy) and @clickhouse/client (npm), both locked.
+  command -v go >/dev/null || export PATH="$PATH:/usr/local/go/bin"
+  command -v go >/dev/null || die "Go is required (the clickhouse-go client test)"
+  command -v npm >/dev/null || die "Node.js with npm is required (the @clickhouse/client test)"
+  log "analysts' clients: clickhouse-go modules, @clickhouse/client"
+  (cd "$REPO_ROOT/tests/clients/go" && go mod download)
+  (cd "$REPO_ROOT/tests/clients/node" && npm ci --no-audit --no-fund --silent)
+}
+
 main() {
   system_packages
   python_env
+  analyst_clients
   "$REPO_ROOT/infra/kafka/kafka.sh" fetch
   if [[ "${1:-}" != "--no-model" ]]; then
     (cd "$REPO_ROOT" && "$PYTHON" -m runtime.smollm2)

@@ -19,8 +19,10 @@ from runtime.errors import PlumbingError
 
 DEFAULT_FORMAT = "TabSeparated"  # ClickHouse's default output format over HTTP
 
-# URL parameters the HTTP layer consumes (or that only make sense for a server's HTTP
-# transport); every other parameter that is not `param_<name>` is an engine setting.
+# URL parameters the HTTP layer consumes (`http_transport` reads the ones that change how
+# the request is served); every other parameter that is not `param_<name>` is an engine
+# setting, including those the HTTP layer also reads (enable_http_compression,
+# send_progress_in_http_headers, ...), which the engine knows as settings too.
 TRANSPORT_PARAMS = frozenset(
     {
         "query",
@@ -39,11 +41,6 @@ TRANSPORT_PARAMS = frozenset(
         "compress",
         "decompress",
         "client_protocol_version",
-        "send_progress_in_http_headers",
-        "http_headers_progress_interval_ms",
-        "enable_http_compression",
-        "http_zlib_compression_level",
-        "cancel_http_readonly_queries_on_client_close",
     }
 )
 
@@ -69,6 +66,8 @@ _STATUS_BY_CODE = {
     72: 400,  # CANNOT_PARSE_NUMBER
     117: 400,  # INCORRECT_DATA
     164: 400,  # READONLY
+    271: 400,  # CANNOT_DECOMPRESS
+    372: 404,  # SESSION_NOT_FOUND
     46: 404,  # UNKNOWN_FUNCTION
     50: 404,  # UNKNOWN_TYPE
     60: 404,  # UNKNOWN_TABLE

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.analyst_store import running_sink
 from harness.mcp_servers.running import kv_store_server
 from harness.stack import pipeline
 from runtime.settings import Settings
@@ -71,3 +72,10 @@ def kv_server(tmp_path: Path):
     """The key-value MCP server (streamable HTTP): its URL and its books of writes."""
     with kv_store_server(tmp_path) as (url, books):
         yield url, books
+
+
+@pytest.fixture(scope="session")
+async def sink(services: Settings, tmp_path_factory):
+    """A sink serving the ClickHouse HTTP interface over traces and turns it wrote."""
+    async with running_sink(tmp_path_factory.mktemp("http-sink")) as running:
+        yield running

@@ -52,7 +52,8 @@ def test_url_parameters_become_settings_binds_database_format_and_id():
     ]
     q = parse_request("POST", params, b"", "fallback")
     assert q.params == {"n": "7"}
-    assert q.settings == {"max_threads": "1"}
+    # enable_http_compression is a setting too (the HTTP layer also reads it: http_transport)
+    assert q.settings == {"max_threads": "1", "enable_http_compression": "1"}
     assert (q.database, q.default_format, q.query_id) == ("turnstream", "JSONEachRow", "mine")
 
 

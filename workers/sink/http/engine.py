@@ -13,6 +13,7 @@ engine stays up between requests through `_keeper`, a connection held for the se
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -20,8 +21,17 @@ from typing import Any
 
 import chdb
 
-from runtime.clickhouse.http_protocol import HttpQuery, error_code, set_statement
+from runtime.clickhouse.http_protocol import (
+    RESULT_STATEMENTS,
+    HttpQuery,
+    error_code,
+    quote_string,
+    set_statement,
+    statement_kind,
+)
 from workers.sink.errors import SinkError
+
+READONLY = 164
 
 
 class EngineError(SinkError):
@@ -55,23 +65,81 @@ class EmbeddedEngine:
     def close(self) -> None:
         self._keeper.close()
 
+    def connect(self) -> Any:
+        """A connection of its own (a session keeps one between requests)."""
+        return chdb.connect(self.location)
+
     def run(self, request: HttpQuery) -> Outcome:
-        conn = chdb.connect(self.location)
+        """On a fresh connection: the request's database and settings die with it."""
+        conn = self.connect()
         try:
             if request.database:
-                _query(conn, f"USE `{request.database.replace('`', '``')}`", "TabSeparated")
+                _query(conn, f"USE {quote_name(request.database)}", "TabSeparated")
             for name, value in request.settings.items():
                 _query(conn, set_statement(name, value), "TabSeparated")
             if request.readonly and "readonly" not in request.settings:
                 _query(conn, "SET readonly = 2", "TabSeparated")
-            if request.insert is not None:
-                return _insert(conn, request)
-            result = _query(conn, request.sql, request.default_format, request.params)
-            body = result.bytes() or b""
-            fmt = request.output_format or (request.default_format if body else None)
-            return Outcome(body=body, fmt=fmt, summary=_summary(result, len(body)))
+            return _execute(conn, request)
         finally:
             conn.close()
+
+    def run_in_session(self, request: HttpQuery, conn: Any) -> Outcome:
+        """On a session's connection: what the statement SETs or creates stays for the
+        session's next requests, the URL's database and settings hold for this request
+        only (as on a server, where they apply to the query's context)."""
+        if request.readonly and not _reads_only(request):
+            raise EngineError(READONLY, "Cannot execute query in readonly mode. (READONLY)")
+        database = _scalar(conn, "SELECT currentDatabase()") if request.database else ""
+        before = _current_settings(conn, list(request.settings))
+        try:
+            if request.database:
+                _query(conn, f"USE {quote_name(request.database)}", "TabSeparated")
+            for name, value in request.settings.items():
+                _query(conn, set_statement(name, value), "TabSeparated")
+            return _execute(conn, request)
+        finally:
+            for name, (value, changed) in before.items():
+                statement = set_statement(name, value) if changed else f"SET {name} = DEFAULT"
+                _query(conn, statement, "TabSeparated")
+            if database:
+                _query(conn, f"USE {quote_name(database)}", "TabSeparated")
+
+
+def _execute(conn: Any, request: HttpQuery) -> Outcome:
+    if request.insert is not None:
+        return _insert(conn, request)
+    result = _query(conn, request.sql, request.default_format, request.params)
+    body = result.bytes() or b""
+    fmt = request.output_format or (request.default_format if body else None)
+    return Outcome(body=body, fmt=fmt, summary=_summary(result, len(body)))
+
+
+def _reads_only(request: HttpQuery) -> bool:
+    """What readonly=2 lets a GET run: reading statements, SET and USE."""
+    kind = statement_kind(request.sql) if request.insert is None else "INSERT"
+    return kind in RESULT_STATEMENTS or kind in ("SET", "USE")
+
+
+def _scalar(conn: Any, sql: str) -> str:
+    return _query(conn, sql, "TabSeparatedRaw").bytes().decode().strip()
+
+
+def _current_settings(conn: Any, names: list[str]) -> dict[str, tuple[str, bool]]:
+    """(value, changed) of each named setting, to put back after the request."""
+    if not names:
+        return {}
+    listed = ", ".join(quote_string(name) for name in names)
+    raw = _query(
+        conn,
+        f"SELECT name, value, changed FROM system.settings WHERE name IN ({listed})",
+        "JSONCompactEachRow",
+    ).bytes()
+    rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
+    return {name: (value, bool(changed)) for name, value, changed in rows}
+
+
+def quote_name(name: str) -> str:
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
 def _insert(conn: Any, request: HttpQuery) -> Outcome:

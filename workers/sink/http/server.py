@@ -2,16 +2,19 @@
 engine: chdb lets one process own a data directory, so while the sink runs this is how
 analysts (`python -m runtime.clickhouse.sql`, clickhouse-connect, curl) reach the data.
 
-It implements what clickhouse-connect's HTTP client uses: `GET /ping`; queries by GET or
-POST on `/` (the `query` URL parameter and/or the body; `database`, `default_format`,
-`query_id`, `param_<name>` bind parameters, settings as URL parameters, form-encoded
-queries); inserts (`INSERT ... FORMAT X` then the data, lz4/zstd/gzip/deflate request
-bodies); the X-ClickHouse-Format/-Timezone/-Query-Id/-Summary headers; errors as
-`Code: N. DB::Exception: ...` with X-ClickHouse-Exception-Code. Authentication: one user
-and its password (`http_auth`: basic auth, X-ClickHouse-User/-Key or URL parameters, as a
-server takes them); `/ping` is open. Not implemented: other users and their grants,
-sessions, external data, progress headers, response compression (a server may ignore
-Accept-Encoding). Results are materialized before they are sent.
+It implements what clickhouse-connect, clickhouse-go (HTTP), @clickhouse/client and curl
+use: `GET /ping`; queries by GET or POST on `/` (the `query` URL parameter and/or the
+body; `database`, `default_format`, `query_id`, `param_<name>` bind parameters, settings
+as URL parameters, form-encoded queries); inserts (`INSERT ... FORMAT X` then the data,
+lz4/zstd/gzip/deflate request bodies); sessions; ClickHouse's compressed blocks both ways
+(`compress`, `decompress`); Native at the client's `client_protocol_version`; answers
+compressed on `enable_http_compression=1`; the X-ClickHouse-Format/-Timezone/-Query-Id/
+-Summary/-Progress headers; errors as `Code: N. DB::Exception: ...` with
+X-ClickHouse-Exception-Code (`http_transport` says how each parameter is served or
+refused). Authentication: one user and its password (`http_auth`: basic auth,
+X-ClickHouse-User/-Key or URL parameters, as a server takes them); `/ping` is open. Not
+implemented: other users and their grants, external data (refused). Results are
+materialized before they are sent, as with `wait_end_of_query=1`.
 
 Engine calls block, so they run on a small thread pool of their own: analysts' queries run
 in parallel (one chdb connection each, see `http_engine`) without blocking the event loop
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import uuid
@@ -30,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
+from runtime.clickhouse import compressed_blocks
 from runtime.clickhouse.client import LOCATION_HEADER, embedded_location
 from runtime.clickhouse.http_auth import (
     AUTHENTICATION_FAILED,
@@ -47,8 +52,11 @@ from runtime.clickhouse.http_protocol import (
     http_status,
     parse_request,
 )
+from runtime.clickhouse.http_transport import Transport, http_compress, transport_of
+from runtime.clickhouse.native_revision import at_revision
 from runtime.settings import Settings
-from workers.sink.http.engine import EmbeddedEngine, EngineError
+from workers.sink.http.engine import EmbeddedEngine, EngineError, Outcome
+from workers.sink.http.sessions import Sessions
 
 log = logging.getLogger("turnstream.clickhouse_http")
 
@@ -59,6 +67,22 @@ MAX_BODY_BYTES = 512 * 1024 * 1024  # one request, compressed (larger: 413)
 ENGINE = web.AppKey("engine", EmbeddedEngine)
 EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
 PASSWORD = web.AppKey("password", str)
+SESSIONS = web.AppKey("sessions", Sessions)
+_HEADER_PARAMS = (
+    ("X-ClickHouse-Database", "database"),
+    ("X-ClickHouse-Format", "default_format"),
+    ("X-ClickHouse-Quota", "quota_key"),
+)
+_PROGRESS_KEYS = (
+    "read_rows",
+    "read_bytes",
+    "written_rows",
+    "written_bytes",
+    "total_rows_to_read",
+    "result_rows",
+    "result_bytes",
+    "elapsed_ns",
+)
 
 
 def serves_http(settings: Settings) -> bool:
@@ -75,6 +99,7 @@ async def serve_http(settings: Settings) -> AsyncIterator[str]:
     app[PASSWORD] = await asyncio.to_thread(local_password, settings)
     app[ENGINE] = engine
     app[EXECUTOR] = executor
+    app[SESSIONS] = sessions = Sessions(engine.connect)
     app.router.add_get("/ping", _ping)
     app.router.add_get("/", _query)
     app.router.add_post("/", _query)
@@ -87,6 +112,7 @@ async def serve_http(settings: Settings) -> AsyncIterator[str]:
     finally:
         await runner.cleanup()
         await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+        sessions.close()
         engine.close()
 
 
@@ -113,19 +139,69 @@ async def _query(request: web.Request) -> web.Response:
         params, body = await _read(request)
         if request.method == "GET" and not body and "query" not in request.query:
             return web.Response(text="Ok.\n", headers=headers)  # as a server answers GET /
-        parsed = parse_request(request.method, params, body, query_id)
+        transport = transport_of(dict(params), request.headers.get("Accept-Encoding", ""))
+        if transport.session is not None:
+            headers["X-ClickHouse-Session-Id"] = transport.session.session_id
         loop = asyncio.get_running_loop()
-        outcome = await loop.run_in_executor(request.app[EXECUTOR], engine.run, parsed)
+        answer = await loop.run_in_executor(
+            request.app[EXECUTOR],
+            functools.partial(
+                _answer,
+                engine,
+                request.app[SESSIONS],
+                method=request.method,
+                params=params,
+                body=body,
+                query_id=query_id,
+                transport=transport,
+            ),
+        )
     except (RequestError, EngineError) as err:
         return _error(err.number, err.message, headers)
     except Exception as err:  # ours, not the engine's: still a ClickHouse-shaped answer
         log.exception("clickhouse http request failed")
         return _error(STD_EXCEPTION, f"{type(err).__name__}: {err}", headers)
+    outcome, payload = answer
     headers["X-ClickHouse-Summary"] = json.dumps(outcome.summary, separators=(",", ":"))
+    if transport.progress:
+        progress = {k: v for k, v in outcome.summary.items() if k in _PROGRESS_KEYS}
+        headers["X-ClickHouse-Progress"] = json.dumps(progress, separators=(",", ":"))
     if outcome.fmt is not None:
         headers["X-ClickHouse-Format"] = outcome.fmt
     headers["Content-Type"] = content_type(outcome.fmt)
-    return web.Response(body=outcome.body, headers=headers)
+    if transport.http_encoding and payload:
+        headers["Content-Encoding"] = transport.http_encoding
+    return web.Response(body=payload, headers=headers)
+
+
+def _answer(
+    engine: EmbeddedEngine,
+    sessions: Sessions,
+    *,
+    method: str,
+    params: list[tuple[str, str]],
+    body: bytes,
+    query_id: str,
+    transport: Transport,
+) -> tuple[Outcome, bytes]:
+    """Runs on a query thread: undo ClickHouse's framing of the body, run the statement
+    (in its session when it names one), and encode the answer as the request asked."""
+    if transport.decompress:
+        body = compressed_blocks.decompress(body)
+    parsed = parse_request(method, params, body, query_id)
+    if transport.session is None:
+        outcome = engine.run(parsed)
+    else:
+        with sessions.use(transport.session) as conn:
+            outcome = engine.run_in_session(parsed, conn)
+    payload = outcome.body
+    if transport.revision and outcome.fmt == "Native":
+        payload = at_revision(payload, transport.revision)
+    if transport.compress and payload:
+        payload = compressed_blocks.compress(payload)
+    if transport.http_encoding:
+        payload = http_compress(payload, transport.http_encoding, transport.zlib_level)
+    return outcome, payload
 
 
 def _error(code: int, message: str, headers: dict[str, str]) -> web.Response:
@@ -142,6 +218,9 @@ async def _read(request: web.Request) -> tuple[list[tuple[str, str]], bytes]:
     """URL parameters (plus multipart form fields, as clickhouse-connect sends large bind
     parameters) and the decompressed body."""
     params = list(request.query.items())
+    for header, name in _HEADER_PARAMS:  # as a server reads them, the URL taking precedence
+        if header in request.headers and name not in request.query:
+            params.append((name, request.headers[header]))
     if request.content_type == "multipart/form-data":  # not url-encoded: `curl -d` is SQL
         for name, value in (await request.post()).items():
             if not isinstance(value, str):
