@@ -80,6 +80,13 @@ class Settings:
         "Password of that interface (user `default`; a secret). Empty: one generated on first "
         "use and kept, owner-readable only, in $TURNSTREAM_HOME/clickhouse-http.password.",
     )
+    clickhouse_analysts_file: str = _var(
+        "TURNSTREAM_CLICKHOUSE_ANALYSTS_FILE",
+        "",
+        "JSON file of the interface's tenant-limited analysts (user, password hash, tenants), "
+        "kept by `python -m runtime.clickhouse.analysts`. Empty: "
+        "$TURNSTREAM_HOME/clickhouse-analysts.json.",
+    )
     log_level: str = _var("TURNSTREAM_LOG_LEVEL", "INFO", "Python log level of the services.")
     lifeline_fd: int = _var(
         "TURNSTREAM_LIFELINE_FD",

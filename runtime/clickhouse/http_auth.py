@@ -7,7 +7,7 @@ The password is TURNSTREAM_CLICKHOUSE_HTTP_PASSWORD when set; otherwise one gene
 first use and kept in `$TURNSTREAM_HOME/clickhouse-http.password`, readable by its owner
 only, where the local analyst tools (`analyst_client`, `python -m runtime.clickhouse.sql`)
 find it: other users of a shared machine cannot read the data even though the port is open
-to them.
+to them. Analysts limited to some tenants have their own users (`analysts`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from runtime.clickhouse.analysts import Analyst, Credential
 from runtime.settings import Settings
 
 USER = "default"  # the user clickhouse-connect and clickhouse-client name by default
@@ -50,6 +51,22 @@ def allowed(offered: tuple[str, str] | None, password: str) -> bool:
     user, given = offered
     same = hmac.compare_digest(given.encode(), password.encode())
     return same and user == USER
+
+
+def identify(
+    offered: tuple[str, str] | None, password: str, analysts: Mapping[str, Credential]
+) -> Analyst | None:
+    """Who the offer proves to be: `default` (every tenant), a tenant-limited analyst of
+    `analysts`, or nobody."""
+    if offered is None:
+        return None
+    if allowed(offered, password):
+        return Analyst(USER)
+    user, given = offered
+    credential = analysts.get(user)
+    if credential is not None and credential.opens(given):
+        return Analyst(user, credential.tenants)
+    return None
 
 
 def local_password(settings: Settings) -> str:

@@ -252,6 +252,19 @@ def explicit_format(sql: str) -> str | None:
     return None
 
 
+def without_format(sql: str) -> str:
+    """The statement without its top-level `FORMAT name` clause (to EXPLAIN it in a format
+    of our choosing)."""
+    raw = sql.encode()
+    top = [(tok, start, end) for tok, start, end, depth in tokens(raw) if depth == 0]
+    for k in range(len(top) - 1, 0, -1):
+        if top[k - 1][0] == "FORMAT" and _is_word(top[k][0]):
+            after = top[k + 1][0] if k + 1 < len(top) else ""
+            if after in ("", ";", "SETTINGS"):
+                return (raw[: top[k - 1][1]] + b" " + raw[top[k][2] :]).decode()
+    return sql
+
+
 def split_insert(text: bytes) -> InsertData | None:
     """An `INSERT ... FORMAT X` statement and its inline data; None for anything else
     (including `INSERT ... VALUES (...)` and `INSERT ... SELECT`, run as they are). Data

@@ -21,6 +21,8 @@ from typing import Any
 
 import chdb
 
+from runtime.clickhouse import tenant_scope
+from runtime.clickhouse.client import DEFAULT_DATABASE
 from runtime.clickhouse.http_protocol import (
     RESULT_STATEMENTS,
     HttpQuery,
@@ -28,6 +30,7 @@ from runtime.clickhouse.http_protocol import (
     quote_string,
     set_statement,
     statement_kind,
+    without_format,
 )
 from workers.sink.errors import SinkError
 
@@ -69,15 +72,20 @@ class EmbeddedEngine:
         """A connection of its own (a session keeps one between requests)."""
         return chdb.connect(self.location)
 
-    def run(self, request: HttpQuery) -> Outcome:
-        """On a fresh connection: the request's database and settings die with it."""
+    def run(self, request: HttpQuery, tenants: tuple[str, ...] | None = None) -> Outcome:
+        """On a fresh connection: the request's database and settings die with it. With
+        `tenants`, only those tenants' rows can be read (`tenant_scope`)."""
         conn = self.connect()
         try:
+            if tenants is not None:
+                _refuse_outside(conn, request)
             if request.database:
                 _query(conn, f"USE {quote_name(request.database)}", "TabSeparated")
             for name, value in request.settings.items():
                 _query(conn, set_statement(name, value), "TabSeparated")
-            if request.readonly and "readonly" not in request.settings:
+            if tenants is not None:
+                _limit_to(conn, request, tenants)
+            elif request.readonly and "readonly" not in request.settings:
                 _query(conn, "SET readonly = 2", "TabSeparated")
             return _execute(conn, request)
         finally:
@@ -103,6 +111,47 @@ class EmbeddedEngine:
                 _query(conn, statement, "TabSeparated")
             if database:
                 _query(conn, f"USE {quote_name(database)}", "TabSeparated")
+
+
+def _refuse_outside(conn: Any, request: HttpQuery) -> None:
+    kind = "INSERT" if request.insert is not None else statement_kind(request.sql)
+    why = tenant_scope.statement_refusal(kind)
+    if why is not None:
+        raise EngineError(tenant_scope.ACCESS_DENIED, f"Not enough privileges: {why}")
+
+
+def _limit_to(conn: Any, request: HttpQuery, tenants: tuple[str, ...]) -> None:
+    """After the URL's settings: the analyzer on (the tree checked is the tree run), the
+    statement's tree checked, the tenant filters set, then readonly so nothing unsets them."""
+    _query(conn, "SET enable_analyzer = 1", "TabSeparated")
+    catalog = _catalog(conn)
+    if statement_kind(request.sql) in tenant_scope.TREE_STATEMENTS:
+        explain = f"EXPLAIN QUERY TREE {without_format(request.sql)}"
+        tree = _query(conn, explain, "TSVRaw", request.params)
+        why = tenant_scope.tree_refusal(tree.bytes().decode(), catalog)
+        if why is not None:
+            raise EngineError(tenant_scope.ACCESS_DENIED, f"Not enough privileges: {why}")
+    filters = tenant_scope.table_filters(catalog, tenants)
+    _query(conn, f"SET additional_table_filters = {filters}", "TabSeparated")
+    _query(conn, "SET readonly = 1", "TabSeparated")
+
+
+def _catalog(conn: Any) -> tenant_scope.Catalog:
+    database = DEFAULT_DATABASE
+    listed = _query(
+        conn,
+        "SELECT name, engine = 'View', "
+        f"name IN (SELECT table FROM system.columns WHERE database = {quote_string(database)} "
+        f"AND name = {quote_string(tenant_scope.TENANT_COLUMN)}) "
+        f"FROM system.tables WHERE database = {quote_string(database)}",
+        "JSONCompactEachRow",
+    ).bytes()
+    rows = [json.loads(line) for line in listed.splitlines() if line.strip()]
+    return tenant_scope.Catalog(
+        database=database,
+        tenant_tables=frozenset(name for name, view, tenant in rows if tenant and not view),
+        views=frozenset(name for name, view, _ in rows if view),
+    )
 
 
 def _execute(conn: Any, request: HttpQuery) -> Outcome:

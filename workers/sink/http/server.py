@@ -31,15 +31,18 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from aiohttp import web
 
 from runtime.clickhouse import compressed_blocks
+from runtime.clickhouse.analysts import Analyst, analysts_path
+from runtime.clickhouse.analysts import load as load_analysts
 from runtime.clickhouse.client import LOCATION_HEADER, embedded_location
 from runtime.clickhouse.http_auth import (
     AUTHENTICATION_FAILED,
     USER,
-    allowed,
+    identify,
     local_password,
     presented,
 )
@@ -68,6 +71,8 @@ ENGINE = web.AppKey("engine", EmbeddedEngine)
 EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
 PASSWORD = web.AppKey("password", str)
 SESSIONS = web.AppKey("sessions", Sessions)
+ANALYSTS_FILE = web.AppKey("analysts_file", Path)
+ANALYST = web.RequestKey("analyst", Analyst)
 _HEADER_PARAMS = (
     ("X-ClickHouse-Database", "database"),
     ("X-ClickHouse-Format", "default_format"),
@@ -97,6 +102,7 @@ async def serve_http(settings: Settings) -> AsyncIterator[str]:
     executor = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="clickhouse-http")
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_authenticated])
     app[PASSWORD] = await asyncio.to_thread(local_password, settings)
+    app[ANALYSTS_FILE] = analysts_path(settings)
     app[ENGINE] = engine
     app[EXECUTOR] = executor
     app[SESSIONS] = sessions = Sessions(engine.connect)
@@ -118,12 +124,19 @@ async def serve_http(settings: Settings) -> AsyncIterator[str]:
 
 @web.middleware
 async def _authenticated(request: web.Request, handler) -> web.StreamResponse:
-    """Every path but /ping needs the password; a refusal is ClickHouse-shaped (516, 401)."""
+    """Every path but /ping needs a user's password: `default`'s, or a tenant-limited
+    analyst's (read from its file on each request, so changes need no restart); a
+    refusal is ClickHouse-shaped (516, 401)."""
     if request.path == "/ping":
         return await handler(request)
-    if allowed(presented(request.headers, request.query), request.app[PASSWORD]):
+    offered = presented(request.headers, request.query)
+    credentials = await asyncio.to_thread(load_analysts, request.app[ANALYSTS_FILE])
+    analyst = identify(offered, request.app[PASSWORD], credentials)
+    if analyst is not None:
+        request[ANALYST] = analyst
         return await handler(request)
-    message = f"{USER}: Authentication failed: password is incorrect, or there is no such user"
+    user = offered[0] if offered else USER
+    message = f"{user}: Authentication failed: password is incorrect, or there is no such user"
     return _error(AUTHENTICATION_FAILED, message, {})
 
 
@@ -154,6 +167,7 @@ async def _query(request: web.Request) -> web.Response:
                 body=body,
                 query_id=query_id,
                 transport=transport,
+                analyst=request[ANALYST],
             ),
         )
     except (RequestError, EngineError) as err:
@@ -183,6 +197,7 @@ def _answer(
     body: bytes,
     query_id: str,
     transport: Transport,
+    analyst: Analyst,
 ) -> tuple[Outcome, bytes]:
     """Runs on a query thread: undo ClickHouse's framing of the body, run the statement
     (in its session when it names one), and encode the answer as the request asked."""
@@ -190,10 +205,13 @@ def _answer(
         body = compressed_blocks.decompress(body)
     parsed = parse_request(method, params, body, query_id)
     if transport.session is None:
-        outcome = engine.run(parsed)
+        outcome = engine.run(parsed, analyst.tenants)
     else:
-        with sessions.use(transport.session) as conn:
-            outcome = engine.run_in_session(parsed, conn)
+        with sessions.use(transport.session, analyst.user) as conn:
+            if analyst.tenants is None:
+                outcome = engine.run_in_session(parsed, conn)
+            else:  # read-only: nothing it may run would change the session's state
+                outcome = engine.run(parsed, analyst.tenants)
     payload = outcome.body
     if transport.revision and outcome.fmt == "Native":
         payload = at_revision(payload, transport.revision)

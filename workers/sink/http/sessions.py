@@ -38,12 +38,13 @@ class Sessions:
         self._connect = connect
         self._clock = clock
         self._lock = threading.Lock()
-        self._open: dict[str, _Session] = {}
+        self._open: dict[tuple[str, str], _Session] = {}
 
     @contextmanager
-    def use(self, ask: SessionAsk) -> Iterator[Any]:
-        """The session's connection for one request; created unless `ask.check`."""
-        session = self._take(ask)
+    def use(self, ask: SessionAsk, user: str) -> Iterator[Any]:
+        """The session's connection for one request; created unless `ask.check`. Sessions
+        are per user: another user naming the same id has a session of its own."""
+        session = self._take(ask, (user, ask.session_id))
         try:
             yield session.conn
         finally:
@@ -52,18 +53,18 @@ class Sessions:
                 session.timeout_s = ask.timeout_s
                 session.idle_since = self._clock()
 
-    def _take(self, ask: SessionAsk) -> _Session:
+    def _take(self, ask: SessionAsk, key: tuple[str, str]) -> _Session:
         expired: list[_Session] = []
         try:
             with self._lock:
                 expired = self._expire()
-                session = self._open.get(ask.session_id)
+                session = self._open.get(key)
                 if session is None:
                     if ask.check:
                         raise EngineError(SESSION_NOT_FOUND, f"Session {ask.session_id} not found")
                     expired += self._make_room()
                     session = _Session(self._connect(), ask.timeout_s, self._clock())
-                    self._open[ask.session_id] = session
+                    self._open[key] = session
                 elif session.busy:
                     raise EngineError(
                         SESSION_IS_LOCKED,

@@ -33,11 +33,11 @@ class Clock:
 
 def test_a_session_keeps_its_connection_between_requests():
     sessions = Sessions(Conn, Clock())
-    with sessions.use(SessionAsk("a", 60, False)) as first:
+    with sessions.use(SessionAsk("a", 60, False), "default") as first:
         pass
-    with sessions.use(SessionAsk("a", 60, True)) as again:
+    with sessions.use(SessionAsk("a", 60, True), "default") as again:
         assert again is first and not again.closed
-    with sessions.use(SessionAsk("b", 60, False)) as other:
+    with sessions.use(SessionAsk("b", 60, False), "default") as other:
         assert other is not first
     assert len(sessions) == 2
 
@@ -45,26 +45,26 @@ def test_a_session_keeps_its_connection_between_requests():
 def test_a_second_request_while_one_runs_is_locked_out():
     sessions = Sessions(Conn, Clock())
     with (
-        sessions.use(SessionAsk("a", 60, False)),
+        sessions.use(SessionAsk("a", 60, False), "default"),
         pytest.raises(EngineError) as locked,
-        sessions.use(SessionAsk("a", 60, False)),
+        sessions.use(SessionAsk("a", 60, False), "default"),
     ):
         pass
     assert locked.value.number == SESSION_IS_LOCKED
-    with sessions.use(SessionAsk("a", 60, False)):
+    with sessions.use(SessionAsk("a", 60, False), "default"):
         pass  # free again once the first ended
 
 
 def test_an_unknown_or_ended_session_is_not_found_when_checked():
     clock = Clock()
     sessions = Sessions(Conn, clock)
-    with pytest.raises(EngineError) as unknown, sessions.use(SessionAsk("a", 60, True)):
+    with pytest.raises(EngineError) as unknown, sessions.use(SessionAsk("a", 60, True), "default"):
         pass
     assert unknown.value.number == SESSION_NOT_FOUND
-    with sessions.use(SessionAsk("a", 10, False)) as conn:
+    with sessions.use(SessionAsk("a", 10, False), "default") as conn:
         pass
     clock.now = 10.5  # past the timeout its last request set
-    with pytest.raises(EngineError), sessions.use(SessionAsk("a", 10, True)):
+    with pytest.raises(EngineError), sessions.use(SessionAsk("a", 10, True), "default"):
         pass
     assert conn.closed and len(sessions) == 0
 
@@ -73,12 +73,12 @@ def test_the_longest_idle_session_makes_room(monkeypatch):
     monkeypatch.setattr(sessions_module, "MAX_SESSIONS", 2)
     clock = Clock()
     sessions = Sessions(Conn, clock)
-    with sessions.use(SessionAsk("old", 600, False)) as old:
+    with sessions.use(SessionAsk("old", 600, False), "default") as old:
         pass
     clock.now = 1
-    with sessions.use(SessionAsk("new", 600, False)):
+    with sessions.use(SessionAsk("new", 600, False), "default"):
         pass
-    with sessions.use(SessionAsk("third", 600, False)):
+    with sessions.use(SessionAsk("third", 600, False), "default"):
         assert old.closed and len(sessions) == 2
     sessions.close()
     assert len(sessions) == 0
