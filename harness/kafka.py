@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from producers.replay.source import partitions_of
+from runtime.kafka_ranges import partitions_of
 from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import AnyEvent, TurnAssembled

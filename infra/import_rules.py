@@ -74,6 +74,7 @@ FAMILY_SHARED = {
     "stream_jobs.metrics": "stream_jobs",
     "producers.errors": "producers",
     "producers.turn_publisher": "producers",
+    "producers.times": "producers",
 }
 # the edge's publisher (DESIGN §2) and the error it raises
 SHARED_WITH = {"producers.turn_publisher": ("ws_edge",), "producers.errors": ("ws_edge",)}

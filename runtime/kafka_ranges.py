@@ -22,6 +22,21 @@ def groupless_consumer(bootstrap: str) -> AIOKafkaConsumer:
     )
 
 
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str, attempts: int = 5) -> set[int]:
+    """The topic's partitions from fresh metadata (empty when it does not exist). A topic
+    created moments ago may miss from the first answers while its leaders are elected."""
+    for attempt in range(attempts):
+        partitions = consumer.partitions_for_topic(topic)
+        if partitions:
+            return set(partitions)
+        if topic in await consumer.topics():  # exists: refresh the consumer's own metadata
+            await consumer._client.force_metadata_update()  # no public way (aiokafka 0.14)
+            continue
+        if attempt < attempts - 1:
+            await asyncio.sleep(1.0)
+    return set()
+
+
 async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
     """Stop a group-less consumer. aiokafka 0.14's no-group coordinator re-raises the
     cancellation of its own helper task from `stop()` when that task never got to run;

@@ -70,6 +70,13 @@ ERRORS = Counter(
     ["role", "code"],
     registry=REGISTRY,
 )
+DEAD_LETTERS_SENT = Counter(
+    "turnstream_dead_letters_total",
+    "Records sent to the dead-letter topic, by source topic and error code "
+    "(python -m producers.deadletters lists and re-drives them).",
+    ["source_topic", "code"],
+    registry=REGISTRY,
+)
 
 # ---- inference: the engine (the infrastructure layer) -----------------------------------------
 ENGINE_RUNNING = Gauge(

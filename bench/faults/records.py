@@ -13,8 +13,8 @@ from collections.abc import Collection
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench.faults.books import Completion
-from producers.replay.source import partitions_of
 from runtime.clickhouse.client import DEFAULT_DATABASE, analyst_client
+from runtime.kafka_ranges import partitions_of
 from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.errors import DecodeError

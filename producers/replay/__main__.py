@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ from producers.replay.plan import (
 )
 from producers.replay.runner import Replay, Target, iso_now
 from producers.replay.source import SourceError, read_eval_set, read_recorded
+from producers.times import TimeError, parse_time_ms
 from runtime.kafka_topics import ensure_topics
 from runtime.processes import Child, StackError, start_roles, stop_roles
 from runtime.redis import redis_client
@@ -46,24 +46,6 @@ from schemas.topics import REGISTRY
 
 # the roles a replay needs: no edge (the runner is the client), no speech
 REPLAY_ROLES = ("inference", "preprocess", "safety", "assembly", "traces", "sink")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-
-
-def parse_time_ms(text: str, now_ms: float) -> float:
-    """`2h` (before now), an ISO 8601 time, or epoch milliseconds."""
-    match = _DURATION.match(text)
-    if match:
-        seconds = float(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
-        return now_ms - seconds * 1000
-    if text.isdigit():
-        return float(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise PlanError(f"not a time: {text!r} (2h, 2026-11-30T10:00, or epoch ms)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp() * 1000
 
 
 def candidate_from(args: argparse.Namespace) -> Candidate:
@@ -228,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return asyncio.run(main_async(args))
-    except (PlanError, SourceError) as err:
+    except (PlanError, SourceError, TimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except StackError as err:

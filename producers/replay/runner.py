@@ -27,11 +27,10 @@ from producers.replay.plan import (
     pace_offsets_s,
     submitted_for,
 )
-from producers.replay.source import partitions_of
 from producers.turn_publisher import TurnPublisher
 from runtime.blobs import BlobStore, blob_store
 from runtime.cancelling import cancel_and_wait
-from runtime.kafka_ranges import stop_consumer
+from runtime.kafka_ranges import partitions_of, stop_consumer
 from runtime.settings import Settings
 from schemas.channels import RedisNames
 from schemas.codec import decode

@@ -6,7 +6,6 @@ an analyst would, leaving the live consumers' positions untouched.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from producers.errors import ProducerError
-from runtime.kafka_ranges import stop_consumer
+from runtime.kafka_ranges import partitions_of, stop_consumer
 from schemas.codec import decode
 from schemas.errors import DecodeError
 from schemas.events import TurnSubmitted
@@ -23,21 +22,6 @@ from schemas.flywheel import EvalItem, EvalSetManifest, read_jsonl
 
 class SourceError(ProducerError, RuntimeError):
     """The source cannot be read as asked (a missing set, a tampered file, no such topic)."""
-
-
-async def partitions_of(consumer: AIOKafkaConsumer, topic: str, attempts: int = 5) -> set[int]:
-    """The topic's partitions from fresh metadata (empty when it does not exist). A topic
-    created moments ago may miss from the first answers while its leaders are elected."""
-    for attempt in range(attempts):
-        partitions = consumer.partitions_for_topic(topic)
-        if partitions:
-            return set(partitions)
-        if topic in await consumer.topics():  # exists: refresh the consumer's own metadata
-            await consumer._client.force_metadata_update()  # no public way (aiokafka 0.14)
-            continue
-        if attempt < attempts - 1:
-            await asyncio.sleep(1.0)
-    return set()
 
 
 def read_eval_set(folder: Path) -> tuple[EvalSetManifest, list[EvalItem]]:

@@ -26,6 +26,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from runtime.prometheus import DEAD_LETTERS_SENT
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from runtime.tracing import spans
@@ -454,6 +455,7 @@ class AssemblyJob:
             "error": str(err)[:500].encode(),
         }
         await self.deadletters.send(key=topic.encode(), value=payload, headers=headers)
+        DEAD_LETTERS_SENT.labels(topic, err.code).inc()
 
 
 async def _nothing() -> list[Passage]:

@@ -22,8 +22,8 @@ from harness.stack import pipeline
 from infra.stack import REPO
 from producers.replay.plan import from_recorded
 from producers.replay.runner import Replay, Target
-from producers.replay.source import partitions_of, read_recorded
-from runtime.kafka_ranges import stop_consumer
+from producers.replay.source import read_recorded
+from runtime.kafka_ranges import partitions_of, stop_consumer
 from runtime.kafka_topics import ensure_topics
 from runtime.redis import redis_client
 from runtime.settings import Settings

@@ -12,6 +12,8 @@ import logging
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import KafkaError
 
+from runtime.prometheus import DEAD_LETTERS_SENT
+
 log = logging.getLogger("turnstream.worker")
 
 MAX_RETRY_DELAY_S = 5.0
@@ -31,6 +33,7 @@ async def dead_letter(
     while True:
         try:
             await producer.send_and_wait(topic, record.value, key=record.key, headers=headers)
+            DEAD_LETTERS_SENT.labels(record.topic, code).inc()
             return
         except KafkaError as err:
             log.warning("dead-lettering failed (%r); retrying in %.1fs", err, delay)

@@ -4,7 +4,7 @@ decoding, recorded pacing, and a namespace that is never the live one."""
 import pytest
 
 from harness.factories import completed, submitted
-from producers.replay.__main__ import candidate_env, parse_time_ms
+from producers.replay.__main__ import candidate_env
 from producers.replay.plan import (
     PlanError,
     check_namespace,
@@ -16,6 +16,7 @@ from producers.replay.plan import (
     replay_turn_id,
     submitted_for,
 )
+from producers.times import TimeError, parse_time_ms
 from schemas.events import DecodingParams
 from schemas.flywheel import Candidate, EvalItem, ItemTurn, SetKind
 from schemas.traces import build_trace
@@ -99,5 +100,5 @@ def test_times_parse():
     assert parse_time_ms("2h", 10_000_000.0) == 10_000_000.0 - 7_200_000
     assert parse_time_ms("1732950000000", 0) == 1732950000000.0
     assert parse_time_ms("1970-01-01T00:00:01", 0) == 1000.0
-    with pytest.raises(PlanError):
+    with pytest.raises(TimeError):
         parse_time_ms("yesterday", 0)
