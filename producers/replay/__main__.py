@@ -22,6 +22,7 @@ import asyncio
 import os
 import sys
 import time
+import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,6 +38,13 @@ from producers.replay.plan import (
 from producers.replay.runner import Replay, Target, iso_now
 from producers.replay.source import SourceError, read_eval_set, read_recorded
 from producers.times import TimeError, parse_time_ms
+from runtime.clickhouse.client import (
+    DEFAULT_DATABASE,
+    SINK_HTTP_HOST,
+    analyst_client,
+    sink_http_answers,
+)
+from runtime.clickhouse.http_auth import USER, local_password
 from runtime.kafka_topics import ensure_topics
 from runtime.processes import Child, StackError, start_roles, stop_roles
 from runtime.redis import redis_client
@@ -78,11 +86,44 @@ def candidate_env(candidate: Candidate) -> dict[str, str]:
     return env
 
 
-def start_stack(settings: Settings, candidate: Candidate, logs: Path) -> list[Child]:
+def store_env(live: Settings) -> dict[str, str]:
+    """Where the candidate's sink writes: the live store, under the run's id. While the live
+    sink holds the embedded engine (one process may open its directory), through the
+    ClickHouse interface that sink serves; a real server is shared as it is."""
+    if live.clickhouse_url or not sink_http_answers(live):
+        return {}
+    password = urllib.parse.quote(local_password(live), safe="")
+    url = f"http://{USER}:{password}@{SINK_HTTP_HOST}:{live.clickhouse_http_port}"
+    return {
+        "TURNSTREAM_CLICKHOUSE_URL": f"{url}/{DEFAULT_DATABASE}",
+        "TURNSTREAM_CLICKHOUSE_HTTP_PORT": "0",  # the live sink serves the interface
+    }
+
+
+async def wait_for_traces(live: Settings, run_id: str, expected: int, timeout_s: float) -> int:
+    """How many of the run's traces the store holds, once it holds `expected` of them or
+    `timeout_s` has passed (progress on stderr)."""
+    client = await asyncio.to_thread(analyst_client, live)
+    sql = f"SELECT count() FROM {DEFAULT_DATABASE}.traces WHERE run_id = {{run:String}}"
+    deadline = time.monotonic() + timeout_s
+    landed = 0
+    while True:
+        landed = int(await asyncio.to_thread(client.command, sql, parameters={"run": run_id}))
+        print(f"\rtraces of {run_id} in the store: {landed}/{expected}", end="", file=sys.stderr)
+        if landed >= expected or time.monotonic() > deadline:
+            print(file=sys.stderr)
+            return landed
+        await asyncio.sleep(0.5)
+
+
+def start_stack(
+    settings: Settings, candidate: Candidate, logs: Path, live: Settings
+) -> list[Child]:
     env = {
         **os.environ,
         **settings_env(settings),
         **candidate_env(candidate),
+        **store_env(live),
         "PYTHONUNBUFFERED": "1",
     }
     return start_roles(env, logs, log_prefix=f"{settings.namespace}-", only=REPLAY_ROLES)
@@ -133,7 +174,7 @@ async def main_async(args: argparse.Namespace) -> int:
         logs = live.state_path / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         print(f"starting the candidate's workers in {namespace}", file=sys.stderr)
-        children = await asyncio.to_thread(start_stack, settings, candidate, logs)
+        children = await asyncio.to_thread(start_stack, settings, candidate, logs, live)
     redis = redis_client(settings.redis_url)
     target = Target.of(settings, redis, edge_id=f"replay-{run_id}", source=live)
     replay = Replay(
@@ -146,8 +187,12 @@ async def main_async(args: argparse.Namespace) -> int:
         pace=args.pace,
     )
     started = iso_now()
+    landed: int | None = None
     try:
         results = await replay.run(conversations)
+        if children:  # our sink writes the traces after the answers: let it finish
+            expected = len(results) - replay.tally.timed_out
+            landed = await wait_for_traces(live, run_id, expected, args.traces_timeout_s)
     finally:
         await redis.aclose()
         await asyncio.to_thread(stop_roles, children)
@@ -160,6 +205,8 @@ async def main_async(args: argparse.Namespace) -> int:
         notes.append(f"{tally.timed_out} turns not answered within {args.turn_timeout_s} s")
     if tally.media_missing:
         notes.append(f"{tally.media_missing} media expired in the recording")
+    if landed is not None and landed < len(results) - tally.timed_out:
+        notes.append(f"only {landed} traces reached the store in {args.traces_timeout_s} s")
     manifest = RunManifest(
         run_id=run_id,
         namespace=namespace,
@@ -207,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turn-timeout-s", type=float, default=120.0)
     parser.add_argument("--out", default="runs")
     parser.add_argument("--start-stack", action="store_true", help="run the candidate's workers")
+    parser.add_argument(
+        "--traces-timeout-s",
+        type=float,
+        default=60.0,
+        help="with --start-stack: how long to wait for the run's traces to reach the store",
+    )
     args = parser.parse_args(argv)
     try:
         return asyncio.run(main_async(args))

@@ -39,8 +39,14 @@ def embedded_location(settings: Settings) -> str:
 
 
 def connect(settings: Settings) -> Client:
+    """The writer's client. Against a server it carries no session: the sink runs its
+    routes' inserts and offset reads on several threads at once, and clickhouse-connect
+    refuses concurrent queries in one session (found when a replay's sink first wrote
+    through an HTTP interface)."""
     if settings.clickhouse_url:
-        return clickhouse_connect.get_client(dsn=settings.clickhouse_url)
+        return clickhouse_connect.get_client(
+            dsn=settings.clickhouse_url, autogenerate_session_id=False
+        )
     return clickhouse_connect.get_client(dsn=f"chdb://{embedded_location(settings)}")
 
 
