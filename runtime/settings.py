@@ -729,6 +729,13 @@ class Settings:
         "Workers: how long a turn's resumable log lives after its latest frame while the "
         "answer runs (a client away longer gets the final text instead of the frames).",
     )
+    abandon_window_s: float = _var(
+        "TURNSTREAM_ABANDON_WINDOW_S",
+        120.0,
+        "Edge: a client that leaves during an answer and resumes none of its unfinished turns "
+        "within this many seconds has abandoned them: the edge records `abandon` feedback, "
+        "marked inferred (0: infer nothing).",
+    )
     resume_after_done_s: int = _var(
         "TURNSTREAM_RESUME_AFTER_DONE_S",
         60,

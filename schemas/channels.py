@@ -44,6 +44,11 @@ class RedisNames:
         user did stop talking. Side-effecting tool calls of its answer wait for it."""
         return f"{self.prefix}:turn:{turn_id}:confirmed"
 
+    def left_key(self, turn_id: str) -> str:
+        """Set while the client that streamed a turn's answer is away (the edge's abandonment
+        inference); a resume of the turn deletes it."""
+        return f"{self.prefix}:turn:{turn_id}:left"
+
     def done_key(self, turn_id: str) -> str:
         """Set when a turn reached its terminal state: a redelivery is not answered twice."""
         return f"{self.prefix}:turn:{turn_id}:done"

@@ -202,6 +202,7 @@ class ImageInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     num_patches: int
     # What the image detector saw (preprocessing): None when images are not screened.
     screening: Screening | None = None
+    cached: bool = False  # its tensor was already stored (the preprocessing cache): no decode
 
 
 WIRE_VERSION = 1
@@ -335,6 +336,7 @@ class TurnEnriched(Event, frozen=True, tag="turn.enriched"):
     transcript: list[TranscriptSegment] = []
     language: str = ""  # the spoken language (ISO 639-1) when the ASR knows it; "" otherwise
     preprocess_ms: float = 0.0
+    enriched_at_ms: float = 0.0  # wall clock when preprocessing published it (0: unknown)
     screening: Screening | None = None  # None: not screened (screening off)
     # the input screen's whole verdict, for the events log: it rides here rather than in a
     # record of its own (the sink writes its row; the turn's path reads only `screening`)
@@ -350,6 +352,7 @@ class PromptContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prompt_tokens: int  # the assembler's count (the engine's own count is in `Usage`)
     retrieved: list[str] = []
     profile: bool = False
+    assembled_at_ms: float = 0.0  # wall clock when the assembled turn was published (0: unknown)
 
 
 class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -404,6 +407,8 @@ class TraceRecorded(Event, frozen=True, tag="trace.recorded"):
     screening: Screening | None = None
     route: Route | None = None
     language: str = ""  # the spoken language (ISO 639-1) when the ASR heard one
+    enriched_at_ms: float = 0.0  # from its `turn.enriched` (0: unknown)
+    image_cache_hits: int = 0  # of its images, those the preprocessing cache held
 
 
 class FeedbackKind(enum.StrEnum):
@@ -426,6 +431,7 @@ class FeedbackGiven(Event, frozen=True, tag="feedback.given"):
     kind: FeedbackKind
     given_at_ms: float
     comment: str = ""
+    inferred: bool = False  # not given by the user: the edge saw it (an abandoned answer)
 
 
 class InputTranscribed(Event, frozen=True, tag="input.transcribed"):

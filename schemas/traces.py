@@ -117,6 +117,14 @@ class TraceRow:
     tool_result_keys: list[str]  # the idempotency key each call ran under
     tool_round: int  # 0: the user's turn; n: the n-th continuation after the tools ran
     continued_by: str  # the turn that returned this answer's server tool results
+    # where the turn was, and its time hop by hop (`latency_hops`): migration 0020
+    edge_id: str  # the edge node that accepted it and relayed its answer
+    image_cache_hits: int  # of its images, those the preprocessing cache held
+    hop_preprocess_ms: float  # accepted → out of preprocessing (a spoken turn: its ASR)
+    hop_assembly_ms: float  # → assembled (history, retrieval, routing)
+    hop_queue_ms: float  # → its engine started on it (Kafka, the worker's queue)
+    hop_prefill_ms: float  # → first token
+    hop_decode_ms: float  # → last token; the five add up to e2e_ms
     submitted_at: datetime
     completed_at: datetime
 
@@ -138,6 +146,8 @@ def build_trace(
     screening: Screening | None = None,
     route: Route | None = None,
     language: str = "",
+    enriched_at_ms: float = 0.0,
+    image_cache_hits: int = 0,
 ) -> TraceRow:
     """The trace of a turn from what is known about it (`preprocess_ms` from its
     `turn.enriched`, `context` from its `turn.assembled`). Without `completed`, the turn is
@@ -239,9 +249,51 @@ def build_trace(
         tool_result_keys=[r.run.idempotency_key if r.run else "" for r in submitted.tool_results],
         tool_round=submitted.tool_round,
         continued_by=completed.continued_by if completed is not None else "",
+        edge_id=submitted.edge_id,
+        image_cache_hits=image_cache_hits,
+        **latency_hops(
+            submitted.submitted_at_ms,
+            enriched_at_ms=enriched_at_ms,
+            assembled_at_ms=context.assembled_at_ms if context else 0.0,
+            queue_ms=queue_ms,
+            ttft_ms=ttft,
+            e2e_ms=e2e_ms,
+        ),
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )
+
+
+def latency_hops(
+    submitted_at_ms: float,
+    *,
+    enriched_at_ms: float,
+    assembled_at_ms: float,
+    queue_ms: float,
+    ttft_ms: float | None,
+    e2e_ms: float,
+) -> dict[str, float]:
+    """A turn's end-to-end time cut at its marks: out of preprocessing, assembled (wall
+    clocks), generation started, first token (offsets from acceptance). The hops add up to
+    `e2e_ms` exactly: each mark is held between its neighbours (clocks of different hosts
+    may disagree by a little), and a mark not known (0, None) gives its hop 0, the next
+    hop taking its time."""
+    end = max(e2e_ms, 0.0)
+
+    def held(mark: float, low: float, high: float) -> float:
+        return min(max(mark, low), high)
+
+    started = held(queue_ms, 0.0, end)
+    preprocessed = held(enriched_at_ms - submitted_at_ms, 0.0, started) if enriched_at_ms else 0.0
+    assembled = (
+        held(assembled_at_ms - submitted_at_ms, preprocessed, started)
+        if assembled_at_ms
+        else preprocessed
+    )
+    first = held(ttft_ms, started, end) if ttft_ms is not None else end
+    marks = [round(mark, 3) for mark in (0.0, preprocessed, assembled, started, first, end)]
+    names = ("preprocess", "assembly", "queue", "prefill", "decode")
+    return {f"hop_{name}_ms": marks[i + 1] - marks[i] for i, name in enumerate(names)}
 
 
 def _utc(epoch_ms: float) -> datetime:

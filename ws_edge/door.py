@@ -38,6 +38,7 @@ from schemas.events import (
 )
 from schemas.ids import now_ms
 from schemas.turn_log import START, LogPosition, decode_entries, plan_resume, range_start
+from ws_edge.abandonment import Departure
 from ws_edge.actions import (
     Action,
     CheckTurn,
@@ -154,6 +155,17 @@ class TurnDoor:
     async def _teardown(self) -> None:
         """The client went: stop routing its turns here (they go on: disconnecting never
         cancels an answer), end their spans, cancel this door's tasks."""
+        principal = self.session.principal
+        if principal is not None:  # the answers it left unfinished may prove abandoned
+            left_at = now_ms()
+            await self.edge.abandonment.left(
+                [
+                    Departure(
+                        turn_id, conversation, principal.tenant_id, principal.user_id, left_at
+                    )
+                    for turn_id, conversation in self.session.unfinished()
+                ]
+            )
         for turn_id in self.session.open_turns:
             self.edge.relay.unroute(turn_id, self._on_relay)
         for turn_id, estimated in self._submitted.items():  # they go on, and are paid for
@@ -415,6 +427,7 @@ class TurnDoor:
         self._apply(self.session.resume_found(turn_id, conversation_id, action.after))
         if turn_id not in self.session.open_turns:
             return  # refused (already streaming here, too many turns): the error went out
+        await edge.abandonment.returned(turn_id)
         edge.relay.route(turn_id, self._on_relay)
         try:
             entries, log_exists, outcome = await self._read_log(turn_id, action.after)

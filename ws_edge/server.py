@@ -34,6 +34,7 @@ from schemas.channels import RedisNames
 from schemas.ids import now_ms
 from schemas.tools import AllowList
 from schemas.topics import FEEDBACK, TURNS_COMPLETED, TURNS_SUBMITTED
+from ws_edge.abandonment import Abandonment
 from ws_edge.admission.admit import AdmissionControl
 from ws_edge.admission.pool_load import PoolLoad
 from ws_edge.admission.rate_limit import RateLimiter
@@ -129,6 +130,13 @@ class EdgeServer:
             retry_after_ms=settings.overload_retry_after_ms,
         )
         self.unattended = UnattendedTurns(self.relay, self.admission)
+        self.abandonment = Abandonment(
+            self.redis,
+            self.names,
+            self.publisher,
+            FEEDBACK.full_name(settings.namespace),
+            settings.abandon_window_s,
+        )
         self.turn_judge = TurnJudge(
             threads=settings.turn_model_threads, max_waiting=settings.turn_model_max_waiting
         )
@@ -200,6 +208,7 @@ class EdgeServer:
         if self._http is not None:
             await self._http.cleanup()
         await self.unattended.close()
+        await self.abandonment.close()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()

@@ -632,6 +632,15 @@ class Session(VoiceTurns):
     def open_turns(self) -> list[str]:
         return list(self._routes)
 
+    def unfinished(self) -> list[tuple[str, str]]:
+        """(turn, conversation) of the answers this client was still being sent: accepted,
+        not a guess (speculative or withdrawn)."""
+        return [
+            (turn_id, route.conversation_id)
+            for turn_id, route in self._routes.items()
+            if route.accepted and not route.speculative and not route.withdrawn
+        ]
+
     @property
     def authenticated(self) -> bool:
         return self.principal is not None

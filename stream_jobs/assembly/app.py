@@ -338,12 +338,13 @@ class AssemblyJob:
             route = msgspec.structs.replace(
                 route, cache_hit=True, cache_similarity=round(cached.score, 4)
             )
+        at = now_ms()
         assembled = TurnAssembled(
             turn_id=turn.turn_id,
             submitted=submitted,
             messages=messages,
-            context=context,
-            assembled_at_ms=now_ms(),
+            context=msgspec.structs.replace(context, assembled_at_ms=at),  # on to the trace
+            assembled_at_ms=at,
             images=turn.images,
             language=turn.language,
             preprocess_ms=turn.preprocess_ms,
@@ -406,13 +407,16 @@ class AssemblyJob:
         self, turn: TurnEnriched, error: ErrorInfo, route: Route | None = None
     ) -> None:
         """Refusals travel the same way (inference ends the turn without generating)."""
-        context = PromptContext(history_messages=0, dropped_messages=0, prompt_tokens=0)
+        at = now_ms()
+        context = PromptContext(
+            history_messages=0, dropped_messages=0, prompt_tokens=0, assembled_at_ms=at
+        )
         refused = TurnAssembled(
             turn_id=turn.turn_id,
             submitted=turn.submitted,
             messages=[],
             context=context,
-            assembled_at_ms=now_ms(),
+            assembled_at_ms=at,
             error=error,
             route=route
             or Route(pool=self.routing.default_pool, reason="refused: closed by any worker"),

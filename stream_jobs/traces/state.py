@@ -36,6 +36,8 @@ class PendingTrace(msgspec.Struct, forbid_unknown_fields=True):
     screening: Screening | None = None
     route: Route | None = None
     language: str = ""
+    enriched_at_ms: float = 0.0
+    image_cache_hits: int = 0
 
 
 def joins(event: AnyEvent) -> bool:
@@ -51,6 +53,8 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.submitted = event
         case TurnEnriched():
             pending.preprocess_ms = event.preprocess_ms
+            pending.enriched_at_ms = event.enriched_at_ms
+            pending.image_cache_hits = sum(1 for image in event.images if image.cached)
             pending.language = event.language or pending.language
             pending.screening = event.screening or pending.screening
             pending.submitted = pending.submitted or event.submitted
@@ -81,6 +85,8 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
         screening=pending.screening,
         route=pending.route,
         language=pending.language,
+        enriched_at_ms=pending.enriched_at_ms,
+        image_cache_hits=pending.image_cache_hits,
     )
 
 
@@ -113,6 +119,8 @@ def timed_out(pending: PendingTrace, turn_id: str, now_ms: float) -> TraceRecord
         screening=pending.screening,
         route=pending.route,
         language=pending.language,
+        enriched_at_ms=pending.enriched_at_ms,
+        image_cache_hits=pending.image_cache_hits,
     )
 
 

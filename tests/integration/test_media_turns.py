@@ -22,7 +22,8 @@ from harness.media import (
 )
 from runtime.blobs import sha256_hex
 from schemas.codec import decode
-from schemas.events import FinishReason, TurnCompleted
+from schemas.events import FinishReason, TurnCompleted, TurnEnriched
+from schemas.topics import TURNS_ENRICHED
 from workers.preprocess.audio_decode import decode_audio
 from workers.runtime.tensors import tensor_from_bytes
 from ws_edge.client import EdgeClient, audio_part, image_part
@@ -108,11 +109,24 @@ async def test_the_same_image_again_reuses_its_tensor(fake_pipeline):
     picture = encode_image(noise_image(100, 80, 2), "PNG")
     vision = fake_pipeline.preprocess.service.images
     async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
-        await client.ask(conv(), "one", parts=[image_part(picture)])
+        first = await client.ask(conv(), "one", parts=[image_part(picture)])
         hits = vision.stats.tensor_hits
         done = await client.ask(conv(), "two", parts=[image_part(picture)])
     assert done.finish_reason == FinishReason.STOP and "1 images" in done.text
     assert vision.stats.tensor_hits == hits + 1
+    # the turn says so (its trace counts image_cache_hits from it)
+    settings = fake_pipeline.settings
+    cached = []
+    for turn in (first.turn_id, done.turn_id):
+        record = await find_record(
+            settings.kafka_bootstrap,
+            TURNS_ENRICHED.full_name(settings.namespace),
+            lambda r, turn=turn: turn.encode() in r.value,
+        )
+        enriched = decode(record.value)
+        assert isinstance(enriched, TurnEnriched) and enriched.enriched_at_ms > 0
+        cached.append([image.cached for image in enriched.images])
+    assert cached == [[False], [True]]
 
 
 BAD_MEDIA = {

@@ -176,3 +176,68 @@ TOOL_CALLS = textwrap.dedent("""
 
 def test_tool_calls_pair_with_the_turns_that_returned_their_results(tmp_path):
     check_in_fresh_engine(TOOL_CALLS, tmp_path)
+
+
+HOPS_AND_LIVE = textwrap.dedent("""
+    import time
+
+    from harness.factories import completed, submitted
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
+    from runtime.settings import Settings
+    from schemas.events import PromptContext, Timings
+    from schemas.traces import TRACE_COLUMNS, build_trace
+
+    now = time.time() * 1000
+    client = connect(Settings.from_env())
+    migrate(client)
+    rows = []
+    for i, (run_id, arm) in enumerate(
+        [("", ""), ("", "control"), ("", "terse"), ("run-1", ""), ("run-1", "")]
+    ):
+        turn = submitted(
+            f"t{i}", submitted_at_ms=now, run_id=run_id, arm=arm, edge_id=f"edge-{i % 2}"
+        )
+        done = completed(
+            f"t{i}",
+            timings=Timings(queue_ms=40, ttft_ms=90.0, e2e_ms=200, itl_ms=[]),
+            completed_at_ms=now + 200,
+        )
+        context = PromptContext(
+            history_messages=0, dropped_messages=0, prompt_tokens=1, assembled_at_ms=now + 25
+        )
+        trace = build_trace(
+            turn, completed=done, context=context, enriched_at_ms=now + 10, image_cache_hits=i
+        )
+        rows.append(trace.values())
+    client.insert("turnstream.traces", rows, column_names=list(TRACE_COLUMNS))
+    hops = client.query(
+        "SELECT hop_preprocess_ms, hop_assembly_ms, hop_queue_ms, hop_prefill_ms, "
+        "hop_decode_ms, e2e_ms, edge_id, image_cache_hits FROM turnstream.traces FINAL "
+        "WHERE turn_id = 't1'"
+    ).result_rows[0]
+    assert hops == (10.0, 15.0, 15.0, 50.0, 110.0, 200.0, "edge-1", 1), hops
+    live = {
+        view: client.command(f"SELECT sum(turns) FROM turnstream.{view}")
+        for view in ("app_hourly", "business_daily", "quality_daily")
+    }
+    assert live == {"app_hourly": 2, "business_daily": 2, "quality_daily": 2}, live
+    assert client.command("SELECT sum(screened + 1) FROM turnstream.safety_daily") == 1
+    every = client.query(
+        "SELECT run_id, arm, sum(turns) FROM turnstream.app_hourly_all "
+        "GROUP BY run_id, arm ORDER BY run_id, arm"
+    ).result_rows
+    assert every == [("", "", 1), ("", "control", 1), ("", "terse", 1), ("run-1", "", 2)], every
+    for view in ("business_daily_all", "quality_daily_all", "safety_daily_all"):
+        assert client.command(f"SELECT count() FROM turnstream.{view}") >= 3, view
+    split = client.query(
+        "SELECT hop_preprocess_ms + hop_assembly_ms + hop_queue_ms + hop_prefill_ms "
+        "+ hop_decode_ms, e2e_avg_ms FROM turnstream.app_hourly"
+    ).result_rows[0]
+    assert abs(split[0] - split[1]) < 1e-3, split  # the means add up as the hops do
+    print("ok")
+""")
+
+
+def test_hops_edges_image_hits_and_live_views_without_replays_and_canary_arms(tmp_path):
+    check_in_fresh_engine(HOPS_AND_LIVE, tmp_path)

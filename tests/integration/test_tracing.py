@@ -145,6 +145,10 @@ async def test_one_turn_is_one_trace_across_every_hop(traced: Traced):
     assert isinstance(recorded, TraceRecorded)
     assert recorded.submitted.traceparent.split("-")[1] == trace_id
     assert dict(record.headers)["traceparent"].decode().split("-")[1] == trace_id
+    # and it carries the marks the trace's hops are cut at, in the order the turn passed them
+    assert recorded.context is not None and recorded.submitted.edge_id
+    marks = (recorded.enriched_at_ms, recorded.context.assembled_at_ms)
+    assert recorded.submitted.submitted_at_ms <= marks[0] <= marks[1], marks
 
 
 async def test_two_concurrent_turns_are_two_traces(traced: Traced):

@@ -40,6 +40,7 @@ from schemas.events import (
     TurnEnriched,
     TurnSubmitted,
 )
+from schemas.ids import now_ms
 from workers.preprocess.errors import MediaMissing, PreprocessError
 from workers.preprocess.vision import VisionPipeline
 from workers.runtime.keyed_locks import KeyedLocks
@@ -138,6 +139,8 @@ class PreprocessService:
                 enriched = msgspec.structs.replace(
                     enriched, screening=decision.screening, verdicts=[decision.verdict]
                 )
+            # the wall clock as it leaves: the trace's preprocessing hop ends here
+            enriched = msgspec.structs.replace(enriched, enriched_at_ms=now_ms())
             await retry_transient(
                 "publishing turns.enriched",
                 lambda: self.producer.send_and_wait(

@@ -89,11 +89,11 @@ class VisionPipeline:
                 known = _meta_decoder.decode(stored)
                 if self.screen is None:
                     self.stats.tensor_hits += 1
-                    return known
+                    return msgspec.structs.replace(known, cached=True)
                 if self.screen.reusable(known.screening):
                     self.stats.tensor_hits += 1
                     seen = self.screen.rejudge(known.screening)  # type: ignore[arg-type]
-                    return msgspec.structs.replace(known, screening=seen)
+                    return msgspec.structs.replace(known, screening=seen, cached=True)
             data = await load(ref)
         image, screening = await asyncio.to_thread(self._process, data)
         prepared = ImageInput(

@@ -98,6 +98,8 @@ def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = No
         screening=event.screening,
         route=event.route,
         language=event.language,
+        enriched_at_ms=event.enriched_at_ms,
+        image_cache_hits=event.image_cache_hits,
     ).values()
 
 
@@ -109,6 +111,7 @@ FEEDBACK_COLUMNS = (
     "kind",
     "comment",
     "given_at",
+    "inferred",
 )
 
 
@@ -123,6 +126,7 @@ def feedback_row(event: FeedbackGiven, *, now_ms: float) -> tuple:
         str(event.kind),
         event.comment,
         datetime.fromtimestamp(event.given_at_ms / 1000, tz=UTC),
+        int(event.inferred),
     )
 
 

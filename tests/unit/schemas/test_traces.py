@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness.factories import completed, submitted
 from schemas.events import (
@@ -24,7 +26,7 @@ from schemas.events import (
     ToolSpec,
     Usage,
 )
-from schemas.traces import TRACE_COLUMNS, Prices, build_trace
+from schemas.traces import TRACE_COLUMNS, Prices, build_trace, latency_hops
 
 
 def test_a_completed_multimodal_turn():
@@ -99,3 +101,43 @@ def test_a_turns_format_tools_calls_and_returned_results():
         build_trace(submitted("t5", tools=[weather]), completed=None, closed_at_ms=2e3).tool_choice
         == "auto"
     )
+
+
+@given(
+    enriched=st.floats(-50, 500) | st.just(0.0),
+    assembled=st.floats(-50, 500) | st.just(0.0),
+    queue=st.floats(0, 400),
+    ttft=st.floats(0, 600) | st.none(),
+    e2e=st.floats(0, 1000),
+)
+def test_hops_add_up_to_end_to_end_whatever_the_marks(enriched, assembled, queue, ttft, e2e):
+    start = 1_000_000.0
+    hops = latency_hops(
+        start,
+        enriched_at_ms=start + enriched if enriched else 0.0,
+        assembled_at_ms=start + assembled if assembled else 0.0,
+        queue_ms=queue,
+        ttft_ms=ttft,
+        e2e_ms=e2e,
+    )
+    assert all(value >= 0 for value in hops.values()), hops
+    assert sum(hops.values()) == pytest.approx(round(e2e, 3), abs=1e-6)
+
+
+def test_hops_cut_at_each_mark_and_a_missing_mark_passes_its_time_on():
+    start = 1_000_000.0
+    marks = dict(queue_ms=40.0, ttft_ms=90.0, e2e_ms=200.0)
+    known = latency_hops(start, enriched_at_ms=start + 10, assembled_at_ms=start + 25, **marks)
+    assert known == {
+        "hop_preprocess_ms": 10.0,
+        "hop_assembly_ms": 15.0,
+        "hop_queue_ms": 15.0,
+        "hop_prefill_ms": 50.0,
+        "hop_decode_ms": 110.0,
+    }
+    unknown = latency_hops(start, enriched_at_ms=0.0, assembled_at_ms=start + 25, **marks)
+    assert (unknown["hop_preprocess_ms"], unknown["hop_assembly_ms"]) == (0.0, 25.0)
+    no_token = latency_hops(
+        start, enriched_at_ms=0, assembled_at_ms=0, **{**marks, "ttft_ms": None}
+    )
+    assert (no_token["hop_prefill_ms"], no_token["hop_decode_ms"]) == (160.0, 0.0)
