@@ -25,7 +25,7 @@ ACCESS_DENIED = 497
 TENANT_COLUMN = "tenant_id"
 INFRA_TABLES = frozenset({"worker_metrics"})  # per worker, no tenant's data
 # the database's tables with a tenant column (a test checks them against the migrations)
-SERVER_TENANT_TABLES = ("events", "feedback", "traces", "turns")
+SERVER_TENANT_TABLES = ("events", "feedback", "traces", "traces_daily_users", "turns")
 SYSTEM_TABLES = frozenset(
     {
         "one", "numbers", "numbers_mt", "zeros", "zeros_mt", "settings", "functions",

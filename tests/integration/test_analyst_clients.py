@@ -8,6 +8,7 @@ both ways, Native at the client's protocol revision, compressed answers."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -398,3 +399,14 @@ def raw(sink: Sink, path: str, headers: dict[str, str] | None = None):
 
     request = urllib.request.Request(f"http://127.0.0.1:{sink.port}/{path}", headers=headers or {})
     return sink.open(request)
+
+
+def test_the_readme_questions_run_as_written(sink):
+    """The README's one query per monitoring layer runs on a populated store."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Asking the data", 1)[1].split("\n## ", 1)[0]
+    queries = re.findall(r"\| `(SELECT [^`]+)` \|", section)
+    assert len(queries) == 4
+    client = sink.client()
+    for sql in queries:
+        client.query(sql)  # raises with ClickHouse's error when it does not

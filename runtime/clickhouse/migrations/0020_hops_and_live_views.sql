@@ -24,6 +24,9 @@ ALTER TABLE {db}.traces
 ALTER TABLE {db}.feedback
     ADD COLUMN IF NOT EXISTS inferred UInt8 DEFAULT 0 AFTER given_at;
 
+-- Every view below reads FINAL one partition at a time (a turn's rows share its month:
+-- the partition key is in the sort key), so a month already merged is read without merging:
+-- 0.94 → 0.13 s for app_hourly's last 6 h on 10M traces.
 -- The live views count live traffic only: not replay runs (run_id != '') nor a canary's
 -- candidate arm (arm other than '' or 'control'). Their `_all` twins count everything,
 -- with run_id and arm as columns, for whoever asks:
@@ -54,7 +57,8 @@ SELECT
     avg(hop_decode_ms) AS hop_decode_ms,
     avg(e2e_ms) AS e2e_avg_ms
 FROM {db}.traces FINAL
-GROUP BY hour, tenant_id, model, run_id, arm;
+GROUP BY hour, tenant_id, model, run_id, arm
+SETTINGS do_not_merge_across_partitions_select_final = 1;
 
 CREATE OR REPLACE VIEW {db}.app_hourly AS
 SELECT
@@ -80,34 +84,78 @@ SELECT
     avg(e2e_ms) AS e2e_avg_ms
 FROM {db}.traces FINAL
 WHERE run_id = '' AND arm IN ('', 'control')
-GROUP BY hour, tenant_id, model;
+GROUP BY hour, tenant_id, model
+SETTINGS do_not_merge_across_partitions_select_final = 1;
 
-CREATE OR REPLACE VIEW {db}.business_daily_all AS
-SELECT
-    toDate(submitted_at) AS day,
-    tenant_id,
-    run_id,
-    arm,
-    uniqExact(user_id) AS active_users,
-    count() AS turns,
-    sum(prompt_tokens) AS prompt_tokens,
-    sum(completion_tokens) AS completion_tokens,
-    sum(cost_usd) AS cost_usd
-FROM {db}.traces FINAL
+-- Active users per day need an exact distinct count over the day's turns, the costliest
+-- part of business_daily (1.1 s on 10M traces, bench.analytics_scale): a rollup keeps each
+-- day's users as a uniqExact state, filled by a materialized view as traces are inserted
+-- (a re-inserted trace adds the same user again: the count is unchanged) and once here
+-- from the traces already stored.
+CREATE TABLE IF NOT EXISTS {db}.traces_daily_users
+(
+    day         Date,
+    tenant_id   LowCardinality(String),
+    run_id      LowCardinality(String),
+    arm         LowCardinality(String),
+    users       AggregateFunction(uniqExact, String)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(day)
+ORDER BY (tenant_id, day, run_id, arm)
+TTL day + INTERVAL 400 DAY;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.traces_daily_users_mv TO {db}.traces_daily_users AS
+SELECT toDate(submitted_at) AS day, tenant_id, run_id, arm, uniqExactState(user_id) AS users
+FROM {db}.traces
 GROUP BY day, tenant_id, run_id, arm;
 
+INSERT INTO {db}.traces_daily_users
+SELECT toDate(submitted_at) AS day, tenant_id, run_id, arm, uniqExactState(user_id) AS users
+FROM {db}.traces
+GROUP BY day, tenant_id, run_id, arm;
+
+CREATE OR REPLACE VIEW {db}.business_daily_all AS
+SELECT s.day AS day, s.tenant_id AS tenant_id, s.run_id AS run_id, s.arm AS arm,
+    u.active_users AS active_users, s.turns AS turns, s.prompt_tokens AS prompt_tokens,
+    s.completion_tokens AS completion_tokens, s.cost_usd AS cost_usd
+FROM
+(
+    SELECT toDate(submitted_at) AS day, tenant_id, run_id, arm, count() AS turns,
+        sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
+        sum(cost_usd) AS cost_usd
+    FROM {db}.traces FINAL
+    GROUP BY day, tenant_id, run_id, arm
+) AS s
+LEFT JOIN
+(
+    SELECT day, tenant_id, run_id, arm, uniqExactMerge(users) AS active_users
+    FROM {db}.traces_daily_users
+    GROUP BY day, tenant_id, run_id, arm
+) AS u USING (day, tenant_id, run_id, arm)
+SETTINGS do_not_merge_across_partitions_select_final = 1;
+
 CREATE OR REPLACE VIEW {db}.business_daily AS
-SELECT
-    toDate(submitted_at) AS day,
-    tenant_id,
-    uniqExact(user_id) AS active_users,
-    count() AS turns,
-    sum(prompt_tokens) AS prompt_tokens,
-    sum(completion_tokens) AS completion_tokens,
-    sum(cost_usd) AS cost_usd
-FROM {db}.traces FINAL
-WHERE run_id = '' AND arm IN ('', 'control')
-GROUP BY day, tenant_id;
+SELECT s.day AS day, s.tenant_id AS tenant_id, u.active_users AS active_users,
+    s.turns AS turns, s.prompt_tokens AS prompt_tokens,
+    s.completion_tokens AS completion_tokens, s.cost_usd AS cost_usd
+FROM
+(
+    SELECT toDate(submitted_at) AS day, tenant_id, count() AS turns,
+        sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
+        sum(cost_usd) AS cost_usd
+    FROM {db}.traces FINAL
+    WHERE run_id = '' AND arm IN ('', 'control')
+    GROUP BY day, tenant_id
+) AS s
+LEFT JOIN
+(
+    SELECT day, tenant_id, uniqExactMerge(users) AS active_users
+    FROM {db}.traces_daily_users
+    WHERE run_id = '' AND arm IN ('', 'control')
+    GROUP BY day, tenant_id
+) AS u USING (day, tenant_id)
+SETTINGS do_not_merge_across_partitions_select_final = 1;
 
 CREATE OR REPLACE VIEW {db}.quality_daily_all AS
 SELECT
@@ -138,7 +186,8 @@ LEFT JOIN
     FROM {db}.feedback FINAL
     GROUP BY turn_id
 ) AS f USING (turn_id)
-GROUP BY day, tenant_id, model, run_id, arm;
+GROUP BY day, tenant_id, model, run_id, arm
+SETTINGS do_not_merge_across_partitions_select_final = 1;
 
 CREATE OR REPLACE VIEW {db}.quality_daily AS
 SELECT
@@ -168,7 +217,8 @@ LEFT JOIN
     GROUP BY turn_id
 ) AS f USING (turn_id)
 WHERE t.run_id = '' AND t.arm IN ('', 'control')
-GROUP BY day, tenant_id, model;
+GROUP BY day, tenant_id, model
+SETTINGS do_not_merge_across_partitions_select_final = 1;
 
 CREATE OR REPLACE VIEW {db}.safety_daily_all AS
 SELECT
@@ -188,7 +238,8 @@ SELECT
     sum(unaudited) AS unaudited,
     (blocked + cut) / count() AS trigger_rate
 FROM {db}.traces FINAL
-GROUP BY day, tenant_id, run_id, arm;
+GROUP BY day, tenant_id, run_id, arm
+SETTINGS do_not_merge_across_partitions_select_final = 1;
 
 CREATE OR REPLACE VIEW {db}.safety_daily AS
 SELECT
@@ -207,4 +258,5 @@ SELECT
     (blocked + cut) / count() AS trigger_rate
 FROM {db}.traces FINAL
 WHERE run_id = '' AND arm IN ('', 'control')
-GROUP BY day, tenant_id;
+GROUP BY day, tenant_id
+SETTINGS do_not_merge_across_partitions_select_final = 1;

@@ -140,17 +140,19 @@ def _catalog(conn: Any) -> tenant_scope.Catalog:
     database = DEFAULT_DATABASE
     listed = _query(
         conn,
-        "SELECT name, engine = 'View', "
+        "SELECT name, engine, "
         f"name IN (SELECT table FROM system.columns WHERE database = {quote_string(database)} "
         f"AND name = {quote_string(tenant_scope.TENANT_COLUMN)}) "
         f"FROM system.tables WHERE database = {quote_string(database)}",
         "JSONCompactEachRow",
     ).bytes()
     rows = [json.loads(line) for line in listed.splitlines() if line.strip()]
-    return tenant_scope.Catalog(
+    return tenant_scope.Catalog(  # a materialized view is neither: its table is read instead
         database=database,
-        tenant_tables=frozenset(name for name, view, tenant in rows if tenant and not view),
-        views=frozenset(name for name, view, _ in rows if view),
+        tenant_tables=frozenset(
+            name for name, engine, tenant in rows if tenant and not engine.endswith("View")
+        ),
+        views=frozenset(name for name, engine, _ in rows if engine == "View"),
     )
 
 
