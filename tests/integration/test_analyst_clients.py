@@ -53,18 +53,10 @@ def node_client() -> Path:
     return folder / "chclient.mjs"
 
 
-def run_go(sink: Sink, binary: Path, *args: str, compress: str = "none", stdin: object = None):
+def run_client(argv: list[str], stdin: object = None):
+    """A client program's JSON answer (its statements, if any, as JSON on stdin)."""
     done = subprocess.run(
-        [
-            str(binary),
-            "-addr",
-            f"127.0.0.1:{sink.port}",
-            "-password",
-            local_password(sink.settings),
-            "-compress",
-            compress,
-            *args,
-        ],
+        argv,
         input=None if stdin is None else json.dumps(stdin),
         capture_output=True,
         text=True,
@@ -73,25 +65,18 @@ def run_go(sink: Sink, binary: Path, *args: str, compress: str = "none", stdin: 
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def run_go(sink: Sink, binary: Path, *args: str, compress: str = "none", stdin: object = None):
+    password = local_password(sink.settings)
+    address = f"127.0.0.1:{sink.port}"
+    flags = ["-addr", address, "-password", password, "-compress", compress]
+    return run_client([str(binary), *flags, *args], stdin)
 
 
 def run_node(sink: Sink, script: Path, *args: str, stdin: object = None):
-    done = subprocess.run(
-        [
-            "node",
-            str(script),
-            f"http://127.0.0.1:{sink.port}",
-            local_password(sink.settings),
-            *args,
-        ],
-        input=None if stdin is None else json.dumps(stdin),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    url = f"http://127.0.0.1:{sink.port}"
+    return run_client(["node", str(script), url, local_password(sink.settings), *args], stdin)
 
 
 TRACES_SQL = (

@@ -9,12 +9,13 @@ import os
 import subprocess
 import sys
 import uuid
+from types import SimpleNamespace
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from infra.stack import REPO
-from runtime.kafka_ranges import partitions_of, stop_consumer
+from producers.deadletters.box import read_all
 from runtime.kafka_topics import ensure_topics
 from runtime.prometheus import REGISTRY
 from runtime.settings import Settings, settings_env
@@ -22,29 +23,6 @@ from schemas.topics import DEAD_LETTERS, TURNS_SUBMITTED
 from workers.runtime.deadletters import dead_letter
 
 pytestmark = pytest.mark.integration
-
-
-async def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> list:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, isolation_level=isolation
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        records = []
-
-        async def behind() -> bool:
-            return any([await consumer.position(tp) < ends[tp] for tp in tps])
-
-        while await behind():
-            for batch in (await consumer.getmany(timeout_ms=1000)).values():
-                records += batch
-        return records
-    finally:
-        await stop_consumer(consumer)
 
 
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess:
@@ -57,6 +35,15 @@ def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess:
         timeout=120,
         check=False,
     )
+
+
+def vars_of(letter) -> dict:
+    return {
+        "partition": letter.partition,
+        "offset": letter.offset,
+        "key": letter.key,
+        "value": letter.value,
+    }
 
 
 def metric(topic: str, code: str) -> float:
@@ -75,7 +62,10 @@ async def test_dead_letters_are_listed_shown_and_redriven_once(services):
     try:
         for i in range(3):
             await producer.send_and_wait(source, json.dumps({"poison": i}).encode(), key=b"c1")
-        records = await read_topic(settings.kafka_bootstrap, source)
+        records = [  # as a consumer holds them (what dead_letter reads of a record)
+            SimpleNamespace(topic=source, **vars_of(r))
+            for r in await read_all(settings.kafka_bootstrap, source)
+        ]
         before = metric(source, "invalid_turn")
         deadletters = DEAD_LETTERS.full_name(settings.namespace)
         for record, code in zip(records, ["invalid_turn", "other", "invalid_turn"], strict=True):
@@ -99,8 +89,8 @@ async def test_dead_letters_are_listed_shown_and_redriven_once(services):
     again = cli(settings, "redrive", "--reason", "invalid_turn")
     assert again.stdout.strip() == "re-drove 0 (already re-driven, skipped: 2)"
 
-    sent = await read_topic(settings.kafka_bootstrap, source)
-    redriven = [r for r in sent if dict(r.headers).get("redriven_from")]
+    sent = await read_all(settings.kafka_bootstrap, source)
+    redriven = [r for r in sent if r.headers.get("redriven_from")]
     assert sorted(json.loads(r.value)["poison"] for r in redriven) == [0, 2]
     assert all(r.key == b"c1" for r in redriven)
     after = cli(settings, "list", "--topic", "turns.submitted")
