@@ -44,6 +44,11 @@ class RedisNames:
         user did stop talking. Side-effecting tool calls of its answer wait for it."""
         return f"{self.prefix}:turn:{turn_id}:confirmed"
 
+    def departures_key(self) -> str:
+        """Sorted set of turns whose client left mid-answer, scored by when their window
+        ends (epoch ms): any edge concludes them (ws_edge/abandonment.py)."""
+        return f"{self.prefix}:departures"
+
     def left_key(self, turn_id: str) -> str:
         """Set while the client that streamed a turn's answer is away (the edge's abandonment
         inference); a resume of the turn deletes it."""

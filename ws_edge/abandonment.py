@@ -4,17 +4,19 @@ the edge records `abandon` feedback for it, marked `inferred` (quality_daily's
 abandon_rate counts it with the clients' own).
 
 The edge the client left marks each unfinished turn in Redis (`left_key`: who, which
-conversation, when) and looks again once the window passed; a resume on any edge deletes
-the mark. Taking the mark is a GETDEL, so one conclusion is drawn per departure, and the
-feedback's time is the departure's, so a repeat collapses in the table. An edge that stops
-inside the window draws no conclusion for the turns it was watching (they count as not
-abandoned).
+conversation, when) and puts it in the namespace's departures (a sorted set scored by the
+end of its window); a resume on any edge deletes the mark. Every edge sweeps the
+departures that are due: the one whose ZREM removes an entry concludes it, taking the mark
+with a GETDEL (none: the client came back), so one conclusion is drawn per departure even
+when the edge that saw it stopped meanwhile. The feedback's time is the departure's, so a
+repeat collapses in the table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import msgspec
 from redis.asyncio import Redis
@@ -27,6 +29,9 @@ from schemas.events import FeedbackGiven, FeedbackKind
 
 log = logging.getLogger("turnstream.edge")
 
+MAX_SWEEP_EVERY_S = 5.0
+SWEEP_BATCH = 500
+
 
 class Departure(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What the mark holds: enough to write the feedback without the session."""
@@ -36,12 +41,13 @@ class Departure(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tenant_id: str
     user_id: str
     left_at_ms: float
+    window_s: float  # the window of the edge it left (another edge may conclude it)
 
 
 _decoder = msgspec.json.Decoder(Departure)
 
 
-def abandoned(departure: Departure, window_s: float) -> FeedbackGiven:
+def abandoned(departure: Departure) -> FeedbackGiven:
     return FeedbackGiven(
         turn_id=departure.turn_id,
         conversation_id=departure.conversation_id,
@@ -49,7 +55,7 @@ def abandoned(departure: Departure, window_s: float) -> FeedbackGiven:
         user_id=departure.user_id,
         kind=FeedbackKind.ABANDON,
         given_at_ms=departure.left_at_ms,
-        comment=f"left during the answer, not resumed within {window_s:g} s",
+        comment=f"left during the answer, not resumed within {departure.window_s:g} s",
         inferred=True,
     )
 
@@ -57,40 +63,44 @@ def abandoned(departure: Departure, window_s: float) -> FeedbackGiven:
 class Abandonment:
     def __init__(
         self,
+        *,
         redis: Redis,
         names: RedisNames,
         publisher: TurnPublisher,
         feedback_topic: str,
         window_s: float,
+        clock_ms: Callable[[], float],
     ) -> None:
         self._redis = redis
         self._names = names
         self._publisher = publisher
         self._topic = feedback_topic
         self.window_s = window_s
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.inferred = 0  # abandonments recorded by this edge
+        self._clock_ms = clock_ms
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+        self.inferred = 0  # abandonments this edge concluded
+
+    def start(self) -> None:
+        if self.window_s > 0:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="edge-abandonment")
 
     async def left(self, departures: list[Departure]) -> None:
-        """The client went with these turns unfinished: mark them, look again later."""
-        if self.window_s <= 0 or not departures:
-            return
-        ttl_s = int(self.window_s) + 60  # outlives the look, not much more
+        """The client went with these turns unfinished: mark them, due when their window
+        ends."""
+        if self.window_s <= 0 or not departures or self._closed:
+            return  # (closed: the edge is stopping and closing its clients, not they leaving)
+        ttl_s = int(self.window_s) + 600  # outlives the sweep, even one held up for minutes
+        due = {d.turn_id: d.left_at_ms + d.window_s * 1000 for d in departures}
         try:
             async with asyncio.timeout(2.0), self._redis.pipeline(transaction=False) as pipe:
                 for departure in departures:
                     mark = msgspec.json.encode(departure)
                     pipe.set(self._names.left_key(departure.turn_id), mark, ex=ttl_s)
+                pipe.zadd(self._names.departures_key(), due)
                 await pipe.execute()
         except (RedisError, TimeoutError) as exc:
-            log.warning(
-                "cannot mark %d departures (%r): no abandonment inferred", len(departures), exc
-            )
-            return
-        for departure in departures:
-            task = asyncio.create_task(self._look_again(departure.turn_id))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            log.warning("%d departures not marked (%r): none inferred", len(departures), exc)
 
     async def returned(self, turn_id: str) -> None:
         """A resume of the turn (on any edge): its client came back."""
@@ -101,17 +111,34 @@ class Abandonment:
         except RedisError as exc:
             log.warning("cannot clear the departure of %s (%r)", turn_id, exc)
 
-    async def _look_again(self, turn_id: str) -> None:
-        await asyncio.sleep(self.window_s)
-        try:
+    async def sweep(self) -> int:
+        """Conclude the departures that are due; how many were abandoned."""
+        key = self._names.departures_key()
+        due = await self._redis.zrangebyscore(key, "-inf", self._clock_ms(), 0, SWEEP_BATCH)
+        concluded = 0
+        for member in due:
+            if not await self._redis.zrem(key, member):
+                continue  # another edge took it
+            turn_id = member.decode() if isinstance(member, bytes) else str(member)
             raw = await self._redis.getdel(self._names.left_key(turn_id))
             if raw is None:
-                return  # resumed meanwhile (or the mark expired)
-            feedback = abandoned(_decoder.decode(raw), self.window_s)
-            await self._publisher.publish(feedback, self._topic)
-            self.inferred += 1
-        except Exception as exc:  # one turn's inference is not worth the edge
-            log.warning("abandonment of %s not recorded (%r)", turn_id, exc)
+                continue  # resumed meanwhile
+            await self._publisher.publish(abandoned(_decoder.decode(raw)), self._topic)
+            concluded += 1
+        self.inferred += concluded
+        return concluded
+
+    async def _sweep_forever(self) -> None:
+        every_s = min(max(self.window_s / 4, 0.2), MAX_SWEEP_EVERY_S)
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.sweep()
+            except Exception as exc:  # Kafka or Redis away: the departures wait for the next
+                log.warning("abandonment sweep failed (%r)", exc)
 
     async def close(self) -> None:
-        await cancel_and_wait(list(self._tasks))
+        """Before the edge closes its connections: those departures are the edge's."""
+        self._closed = True
+        if self._sweeper is not None:
+            await cancel_and_wait([self._sweeper])

@@ -157,11 +157,16 @@ class TurnDoor:
         cancels an answer), end their spans, cancel this door's tasks."""
         principal = self.session.principal
         if principal is not None:  # the answers it left unfinished may prove abandoned
-            left_at = now_ms()
+            left_at, window_s = now_ms(), self.edge.abandonment.window_s
             await self.edge.abandonment.left(
                 [
                     Departure(
-                        turn_id, conversation, principal.tenant_id, principal.user_id, left_at
+                        turn_id=turn_id,
+                        conversation_id=conversation,
+                        tenant_id=principal.tenant_id,
+                        user_id=principal.user_id,
+                        left_at_ms=left_at,
+                        window_s=window_s,
                     )
                     for turn_id, conversation in self.session.unfinished()
                 ]

@@ -131,11 +131,12 @@ class EdgeServer:
         )
         self.unattended = UnattendedTurns(self.relay, self.admission)
         self.abandonment = Abandonment(
-            self.redis,
-            self.names,
-            self.publisher,
-            FEEDBACK.full_name(settings.namespace),
-            settings.abandon_window_s,
+            redis=self.redis,
+            names=self.names,
+            publisher=self.publisher,
+            feedback_topic=FEEDBACK.full_name(settings.namespace),
+            window_s=settings.abandon_window_s,
+            clock_ms=now_ms,
         )
         self.turn_judge = TurnJudge(
             threads=settings.turn_model_threads, max_waiting=settings.turn_model_max_waiting
@@ -159,6 +160,7 @@ class EdgeServer:
         await self.publisher.start()
         self._relay_task = asyncio.create_task(self.relay.run(), name="edge-relay")
         await asyncio.wait_for(self.relay.subscribed.wait(), timeout=10)
+        self.abandonment.start()
         if self.server_tools.allow.rules:  # no tenant may call one: the catalog is not read
             catalog = follow_catalog(
                 self.server_tools,

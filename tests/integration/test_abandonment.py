@@ -4,12 +4,11 @@ one that resumes the turn within the window has not (no record)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from harness.factories import new_conversation_id as conv
 from harness.kafka import find_record, records_so_far
+from harness.polling import eventually
 from harness.stack import another_edge
 from schemas.codec import decode
 from schemas.events import FeedbackGiven, FeedbackKind
@@ -57,8 +56,14 @@ async def test_leaving_mid_answer_without_coming_back_is_an_inferred_abandon(fak
         assert isinstance(feedback, FeedbackGiven)
         assert feedback.kind == FeedbackKind.ABANDON and feedback.inferred
         assert (feedback.tenant_id, feedback.user_id) == ("acme", "leaver")
-        await asyncio.sleep(WINDOW_S + 1.0)  # the resumed turn's look came and went
-        assert edge.abandonment.inferred == 1
+        due = fake_pipeline.edge.names.departures_key()
+
+        async def swept() -> bool:  # the resumed turn's window ended and an edge looked
+            scores = [await fake_pipeline.edge.redis.zscore(due, t) for t in (gone, back)]
+            return scores == [None, None]
+
+        await eventually(swept, timeout_s=30)
+        assert "1 s" in feedback.comment  # the window of the edge it left
     mentioned = await records_so_far(
         settings.kafka_bootstrap,
         topic,
