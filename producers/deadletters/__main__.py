@@ -65,6 +65,10 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             print(line(letter, letter in done))
         print(f"({len(waiting)} waiting, {len(done)} already re-driven)")
         return 0
+    nowhere = [x for x in waiting if not x.source_topic]  # no header says where it came from
+    if nowhere:
+        print(f"{len(nowhere)} letters name no source topic: left where they are", file=sys.stderr)
+        waiting = [x for x in waiting if x.source_topic]
     if args.dry_run:
         print(f"would re-drive {len(waiting)} (already re-driven: {len(done)})")
         return 0

@@ -151,15 +151,16 @@ TOOL_CALLS = textwrap.dedent("""
     # a server tool's call: the tools worker ran it (a replay of the books, here)
     served = [ToolSpec("kv__put", server="kv")]
     put = ToolCall("call_c_0", "kv__put", "{}")
-    continuation = submitted("d", tools=served, tool_round=1)
+    # stamped recent: a row from 1970 is past the table's TTL and a merge may drop it any time
+    continuation = submitted("d", tools=served, tool_round=1, submitted_at_ms=now + 600)
     run = ToolRun("call_c_0", "ok", 12.5, True, 2)
     client.insert("turnstream.traces", [
-        build_trace(submitted("c", tools=served), completed=completed(
+        build_trace(submitted("c", tools=served, submitted_at_ms=now + 500), completed=completed(
             "c", finish_reason=FinishReason.TOOL_CALLS, tool_calls=[put],
-            continuation=continuation)).values(),
+            continuation=continuation, completed_at_ms=now + 550)).values(),
         build_trace(msgspec.structs.replace(continuation, tool_results=[
             ToolResult("call_c_0", "stored", "kv__put", run)]),
-            completed=completed("d")).values(),
+            completed=completed("d", completed_at_ms=now + 700)).values(),
     ], column_names=list(TRACE_COLUMNS))
     got = client.query(
         "SELECT executor, result_turn_id, outcome, run_ms, replayed, idempotency_key "
