@@ -8,17 +8,21 @@ import asyncio
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 
-def groupless_consumer(bootstrap: str) -> AIOKafkaConsumer:
+def groupless_consumer(
+    bootstrap: str, isolation_level: str = "read_uncommitted"
+) -> AIOKafkaConsumer:
     """A consumer that never joins a group nor commits; a range whose start the retention
     already deleted is read from what remains. A fetch the broker holds for lack of data
     answers within 50 ms, not 500: a reader that seeks elsewhere (the ranges of one read
-    after another) would otherwise wait out the fetch it had in flight."""
+    after another) would otherwise wait out the fetch it had in flight. `read_committed`
+    for a topic written in transactions (aborted records are skipped)."""
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         fetch_max_wait_ms=50,
+        isolation_level=isolation_level,
     )
 
 

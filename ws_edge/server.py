@@ -134,7 +134,7 @@ class EdgeServer:
             redis=self.redis,
             names=self.names,
             publisher=self.publisher,
-            feedback_topic=FEEDBACK.full_name(settings.namespace),
+            feedback_topic=self.feedback_topic,
             window_s=settings.abandon_window_s,
             clock_ms=now_ms,
         )

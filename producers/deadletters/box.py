@@ -10,52 +10,35 @@ from __future__ import annotations
 
 import uuid
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from producers.deadletters.letters import REDRIVE_OF, REDRIVEN_FROM, DeadLetter, from_headers
-from runtime.kafka_ranges import partitions_of, stop_consumer
+from runtime.kafka_ranges import groupless_consumer, partitions_of, read_ranges, stop_consumer
 
 BATCH = 100  # letters per transaction
 
 
 async def read_all(bootstrap: str, topic: str) -> list[DeadLetter]:
     """Every committed record of the topic, in order."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-    )
+    consumer = groupless_consumer(bootstrap, isolation_level="read_committed")
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        todo = {tp: end for tp, end in ends.items() if end > 0}
-        letters: list[DeadLetter] = []
-        while todo:
-            batches = await consumer.getmany(*todo, timeout_ms=1000)
-            for tp, records in batches.items():
-                letters += [
-                    DeadLetter(
-                        partition=r.partition,
-                        offset=r.offset,
-                        timestamp_ms=r.timestamp,
-                        key=r.key,
-                        value=r.value or b"",
-                        headers=from_headers(r.headers),
-                    )
-                    for r in records
-                    if r.offset < todo.get(tp, 0)
-                ]
-            for tp in list(todo):
-                if await consumer.position(tp) >= todo[tp]:
-                    todo.pop(tp)
-        return letters
+        ends = await consumer.end_offsets(tps) if tps else {}
+        records = await read_ranges(consumer, {tp: (0, end) for tp, end in ends.items()})
     finally:
         await stop_consumer(consumer)
+    return [
+        DeadLetter(
+            partition=r.partition,
+            offset=r.offset,
+            timestamp_ms=r.timestamp,
+            key=r.key,
+            value=r.value or b"",
+            headers=from_headers(r.headers),
+        )
+        for r in sorted(records, key=lambda r: (r.partition, r.offset))
+    ]
 
 
 async def redrive(

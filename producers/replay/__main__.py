@@ -187,12 +187,14 @@ async def main_async(args: argparse.Namespace) -> int:
         pace=args.pace,
     )
     started = iso_now()
-    landed: int | None = None
+    short = ""  # said in the manifest when the run's traces did not all land
     try:
         results = await replay.run(conversations)
         if children:  # our sink writes the traces after the answers: let it finish
             expected = len(results) - replay.tally.timed_out
             landed = await wait_for_traces(live, run_id, expected, args.traces_timeout_s)
+            if landed < expected:
+                short = f"only {landed} traces reached the store in {args.traces_timeout_s} s"
     finally:
         await redis.aclose()
         await asyncio.to_thread(stop_roles, children)
@@ -205,8 +207,8 @@ async def main_async(args: argparse.Namespace) -> int:
         notes.append(f"{tally.timed_out} turns not answered within {args.turn_timeout_s} s")
     if tally.media_missing:
         notes.append(f"{tally.media_missing} media expired in the recording")
-    if landed is not None and landed < len(results) - tally.timed_out:
-        notes.append(f"only {landed} traces reached the store in {args.traces_timeout_s} s")
+    if short:
+        notes.append(short)
     manifest = RunManifest(
         run_id=run_id,
         namespace=namespace,

@@ -45,8 +45,11 @@ class Credential:
     tenants: tuple[str, ...]
 
     def opens(self, password: str) -> bool:
-        given = hashlib.sha256(password.encode()).hexdigest()
-        return hmac.compare_digest(given, self.password_sha256)
+        return hmac.compare_digest(_digest(password), self.password_sha256)
+
+
+def _digest(password: str) -> str:
+    return hashlib.sha256(password.encode()).hexdigest()
 
 
 def analysts_path(settings: Settings) -> Path:
@@ -86,9 +89,8 @@ def add(path: Path, user: str, tenants: list[str]) -> str:
     if not tenants:
         raise ValueError("an analyst needs at least one tenant")
     password = secrets.token_urlsafe(24)
-    digest = hashlib.sha256(password.encode()).hexdigest()
     credentials = load(path)
-    credentials[user] = Credential(user, digest, tuple(sorted(set(tenants))))
+    credentials[user] = Credential(user, _digest(password), tuple(sorted(set(tenants))))
     save(path, credentials)
     return password
 

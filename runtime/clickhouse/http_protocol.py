@@ -242,27 +242,29 @@ def explicit_format(sql: str) -> str | None:
     """The name in a top-level `FORMAT name` clause ending the statement (optionally
     followed by SETTINGS or `;`), e.g. `SELECT 1 FORMAT JSON`; not `SELECT format FROM t`."""
     raw = sql.encode()
-    top = [(tok, start, end) for tok, start, end, depth in tokens(raw) if depth == 0]
-    for k in range(len(top) - 1, 0, -1):
-        if top[k - 1][0] != "FORMAT" or not _is_word(top[k][0]):
-            continue
-        after = top[k + 1][0] if k + 1 < len(top) else ""
-        if after in ("", ";", "SETTINGS"):
-            return raw[top[k][1] : top[k][2]].decode()
-    return None
+    clause = _format_clause(raw)
+    return None if clause is None else raw[clause[1] : clause[2]].decode()
 
 
 def without_format(sql: str) -> str:
     """The statement without its top-level `FORMAT name` clause (to EXPLAIN it in a format
     of our choosing)."""
     raw = sql.encode()
+    clause = _format_clause(raw)
+    return sql if clause is None else (raw[: clause[0]] + b" " + raw[clause[2] :]).decode()
+
+
+def _format_clause(raw: bytes) -> tuple[int, int, int] | None:
+    """(where FORMAT starts, where its name starts, where the name ends) of the statement's
+    top-level format clause, or None."""
     top = [(tok, start, end) for tok, start, end, depth in tokens(raw) if depth == 0]
     for k in range(len(top) - 1, 0, -1):
-        if top[k - 1][0] == "FORMAT" and _is_word(top[k][0]):
-            after = top[k + 1][0] if k + 1 < len(top) else ""
-            if after in ("", ";", "SETTINGS"):
-                return (raw[: top[k - 1][1]] + b" " + raw[top[k][2] :]).decode()
-    return sql
+        if top[k - 1][0] != "FORMAT" or not _is_word(top[k][0]):
+            continue
+        after = top[k + 1][0] if k + 1 < len(top) else ""
+        if after in ("", ";", "SETTINGS"):
+            return top[k - 1][1], top[k][1], top[k][2]
+    return None
 
 
 def split_insert(text: bytes) -> InsertData | None:

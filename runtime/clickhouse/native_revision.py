@@ -5,11 +5,11 @@ that way).
 The embedded engine writes Native at revision 0 only (no way to hand it the client's
 revision). At revision > 0 a server adds each block's BlockInfo before it, and from
 54454 (custom serialization) one byte after each column's type saying the column is not
-sparse. Both need the column boundaries, so this walks the column data by type. The engine
-is asked not to send LowCardinality in Native when this runs (`low_cardinality_allow_in_
-native_format = 0`, a server setting too), so that type's stateful layout never appears;
-a type whose layout is not walked here (JSON, Dynamic, Variant, aggregate states) is
-refused with ClickHouse's NOT_IMPLEMENTED rather than sent wrong.
+sparse. Both need the column boundaries, so this walks the column data by type (numbers,
+strings, dates, decimals, Nullable, Array, Tuple, Map, LowCardinality with its state
+prefixes and granules, Enum, UUID, IP). A type whose layout is not walked here (JSON,
+Dynamic, Variant, aggregate states) is refused with ClickHouse's NOT_IMPLEMENTED rather
+than sent wrong.
 """
 
 from __future__ import annotations

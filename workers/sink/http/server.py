@@ -78,16 +78,6 @@ _HEADER_PARAMS = (
     ("X-ClickHouse-Format", "default_format"),
     ("X-ClickHouse-Quota", "quota_key"),
 )
-_PROGRESS_KEYS = (
-    "read_rows",
-    "read_bytes",
-    "written_rows",
-    "written_bytes",
-    "total_rows_to_read",
-    "result_rows",
-    "result_bytes",
-    "elapsed_ns",
-)
 
 
 def serves_http(settings: Settings) -> bool:
@@ -177,9 +167,8 @@ async def _query(request: web.Request) -> web.Response:
         return _error(STD_EXCEPTION, f"{type(err).__name__}: {err}", headers)
     outcome, payload = answer
     headers["X-ClickHouse-Summary"] = json.dumps(outcome.summary, separators=(",", ":"))
-    if transport.progress:
-        progress = {k: v for k, v in outcome.summary.items() if k in _PROGRESS_KEYS}
-        headers["X-ClickHouse-Progress"] = json.dumps(progress, separators=(",", ":"))
+    if transport.progress:  # the answer is materialized: its one progress is the summary
+        headers["X-ClickHouse-Progress"] = headers["X-ClickHouse-Summary"]
     if outcome.fmt is not None:
         headers["X-ClickHouse-Format"] = outcome.fmt
     headers["Content-Type"] = content_type(outcome.fmt)
