@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from runtime.kafka_ranges import partitions_of
 from runtime.settings import Settings
 from schemas.codec import decode
-from schemas.events import AnyEvent, TurnAssembled
+from schemas.events import AnyEvent, TurnAssembled, TurnCompleted
 from schemas.topics import TURNS_COMPLETED, assembled_topics
 
 
@@ -89,10 +89,11 @@ async def records_so_far(
 
 
 async def completions_of(settings: Settings, turn_id: str) -> int:
-    """How many times a turn was recorded in `turns.completed` (answered-once checks)."""
+    """How many times a turn was recorded in `turns.completed` (answered-once checks; not
+    what the edge records there: truncations, speech delivered)."""
     records = await records_so_far(
         settings.kafka_bootstrap,
         TURNS_COMPLETED.full_name(settings.namespace),
         lambda r: turn_id.encode() in r.value,
     )
-    return len(records)
+    return sum(isinstance(decode(r.value), TurnCompleted) for r in records)

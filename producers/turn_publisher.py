@@ -24,7 +24,7 @@ from runtime.cancelling import cancel_and_wait
 from runtime.kafka_metadata import named_topics_only
 from runtime.tracing.spans import producing
 from schemas.codec import encode
-from schemas.events import FeedbackGiven, TurnSubmitted, TurnTruncated
+from schemas.events import FeedbackGiven, SpeechDelivered, TurnSubmitted, TurnTruncated
 
 log = logging.getLogger("turnstream.publisher")
 
@@ -90,7 +90,9 @@ class TurnPublisher:
             log.info("connected to Kafka at %s", self._bootstrap)
 
     async def publish(
-        self, turn: TurnSubmitted | FeedbackGiven | TurnTruncated, topic: str | None = None
+        self,
+        turn: TurnSubmitted | FeedbackGiven | TurnTruncated | SpeechDelivered,
+        topic: str | None = None,
     ) -> None:
         """Publish an event keyed by its conversation (to `topic`, default: the turns')."""
         producer = self._producer

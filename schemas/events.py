@@ -298,6 +298,9 @@ class TurnSubmitted(Event, frozen=True, tag="turn.submitted"):
     # the voice loop started it on a guess that the user stopped talking: until the edge
     # confirms it (`RedisNames.confirmed_key`), the deployment's side-effecting tools wait
     speculative: bool = False
+    # the voice loop's turns: wall clock when the user's speech ended, as the edge heard the
+    # audio arrive (before `submitted_at_ms`: the end-of-turn wait); 0: typed, or a clip
+    speech_ended_at_ms: float = 0.0
 
 
 class SafetyStage(enum.StrEnum):
@@ -335,6 +338,9 @@ class TurnEnriched(Event, frozen=True, tag="turn.enriched"):
     images: list[ImageInput] = []
     transcript: list[TranscriptSegment] = []
     language: str = ""  # the spoken language (ISO 639-1) when the ASR knows it; "" otherwise
+    # the typed text's language (ISO 639-1, workers/preprocess/text_language): for analysts
+    # only, the prompt and the voice follow `language`; "" when too short or unsure
+    text_language: str = ""
     preprocess_ms: float = 0.0
     enriched_at_ms: float = 0.0  # wall clock when preprocessing published it (0: unknown)
     screening: Screening | None = None  # None: not screened (screening off)
@@ -407,6 +413,7 @@ class TraceRecorded(Event, frozen=True, tag="trace.recorded"):
     screening: Screening | None = None
     route: Route | None = None
     language: str = ""  # the spoken language (ISO 639-1) when the ASR heard one
+    text_language: str = ""  # its typed text's, from its `turn.enriched` ("" unknown)
     enriched_at_ms: float = 0.0  # from its `turn.enriched` (0: unknown)
     image_cache_hits: int = 0  # of its images, those the preprocessing cache held
 
@@ -598,6 +605,22 @@ class SpeechAudio(Event, frozen=True, tag="speech.audio"):
     error: ErrorInfo | None = None
 
 
+class SpeechDelivered(Event, frozen=True, tag="speech.delivered"):
+    """A spoken answer's audio ended at the edge that streamed it (Kafka `turns.completed`,
+    keyed by conversation; the events log keeps it): when its first audio went to the
+    client, how much was sent and why it ended. The trace is written before the speech
+    ends, so the speech hops join the two (ClickHouse view `speech_hops`)."""
+
+    conversation_id: str
+    tenant_id: str
+    user_id: str
+    edge_id: str
+    first_audio_at_ms: float  # wall clock when its first audio went out; 0: none did
+    ended_at_ms: float
+    audio_ms: float = 0.0  # the audio sent, in playback time
+    reason: str = "completed"  # as `response.audio.done` said: completed, interrupted, ...
+
+
 class ImageProgress(Event, frozen=True, tag="image.progress"):
     """Relay frame: an image generation ran `step` of `steps` (0: it starts; the size and
     steps it runs with, and a `notice` when the request was clamped). `preview`: a small
@@ -733,6 +756,7 @@ AnyEvent = (
     | TurnTruncated
     | SpeechText
     | SpeechAudio
+    | SpeechDelivered
     | ImageProgress
     | ImageGenerated
 )

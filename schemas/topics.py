@@ -45,7 +45,10 @@ TURNS_COMPLETED = TopicSpec(
     partitions=8,
     key="conversation_id",
     retention_ms=7 * DAY_MS,
-    doc="Terminal outcome of every turn (stop, length, cancelled, error) with usage and timings.",
+    doc=(
+        "Terminal outcome of every turn (stop, length, cancelled, error) with usage and "
+        "timings; what the edge saw the user do to it (truncations, speech delivered)."
+    ),
 )
 TRACES = TopicSpec(
     name="traces",

@@ -100,7 +100,8 @@ class TraceRow:
     image_seed: int
     image_generate_ms: float
     image_notice: str
-    language: str  # the spoken language (ISO 639-1), '' for typed turns: migration 0017
+    language: str  # ISO 639-1: spoken (the ASR's), else typed (lid.176); '' unknown: 0017
+    language_source: str  # 'speech' | 'text' | '': where `language` came from (0021)
     # structured output and function calling (docs/tools.md): migration 0018
     response_format: str  # '' | json_object | json_schema
     tools_offered: int
@@ -125,6 +126,9 @@ class TraceRow:
     hop_queue_ms: float  # → its engine started on it (Kafka, the worker's queue)
     hop_prefill_ms: float  # → first token
     hop_decode_ms: float  # → last token; the five add up to e2e_ms
+    # a voice-loop turn: its end of speech → accepted, the end-of-turn wait before the five
+    # hops (0: typed or a clip; migration 0021; `speech_hops` adds the first audio)
+    hop_endpointing_ms: float
     submitted_at: datetime
     completed_at: datetime
 
@@ -146,6 +150,7 @@ def build_trace(
     screening: Screening | None = None,
     route: Route | None = None,
     language: str = "",
+    text_language: str = "",
     enriched_at_ms: float = 0.0,
     image_cache_hits: int = 0,
 ) -> TraceRow:
@@ -235,7 +240,8 @@ def build_trace(
         image_seed=image.seed if image else 0,
         image_generate_ms=image.generate_ms if image else 0.0,
         image_notice=image.notice if image else "",
-        language=language,
+        language=language or text_language,
+        language_source="speech" if language else ("text" if text_language else ""),
         response_format=str(fmt.type) if fmt is not None else "",
         tools_offered=len(submitted.tools),
         tool_choice=_tool_choice(submitted),
@@ -259,9 +265,18 @@ def build_trace(
             ttft_ms=ttft,
             e2e_ms=e2e_ms,
         ),
+        hop_endpointing_ms=endpointing_ms(submitted),
         submitted_at=_utc(submitted.submitted_at_ms),
         completed_at=_utc(end_ms),
     )
+
+
+def endpointing_ms(submitted: TurnSubmitted) -> float:
+    """How long after the user stopped talking the edge accepted the turn (the silence rule
+    or the turn model deciding); 0 when the end of speech is not known (typed, a clip)."""
+    if not submitted.speech_ended_at_ms:
+        return 0.0
+    return round(max(0.0, submitted.submitted_at_ms - submitted.speech_ended_at_ms), 3)
 
 
 def latency_hops(

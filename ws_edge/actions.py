@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from schemas.events import (
     FeedbackKind,
+    SpeechDelivered,
     TurnSubmitted,
     TurnTruncated,
 )
@@ -54,6 +55,13 @@ class PublishTruncation:
     """Record a barge-in's truncation (Kafka), so the history keeps only what was heard."""
 
     event: TurnTruncated
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSpeech:
+    """Record that a spoken answer's audio ended here (Kafka), for its speech hops."""
+
+    event: SpeechDelivered
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,7 @@ Action = (
     | GiveFeedback
     | Close
     | PublishTruncation
+    | RecordSpeech
     | DropAudio
     | DetectSpeech
     | CheckTurn

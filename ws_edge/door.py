@@ -30,6 +30,7 @@ from schemas.errors import DecodeError
 from schemas.events import (
     AnyEvent,
     FeedbackGiven,
+    SpeechDelivered,
     TokenChunk,
     TurnCancelled,
     TurnCompleted,
@@ -49,6 +50,7 @@ from ws_edge.actions import (
     FollowTurn,
     GiveFeedback,
     PublishTruncation,
+    RecordSpeech,
     RequestCancel,
     ResolveApiKey,
     ResumeTurn,
@@ -215,6 +217,8 @@ class TurnDoor:
                     self.outbox.drop(turn_id)
                 case PublishTruncation(event):
                     self._spawn(self._publish_truncation(event))
+                case RecordSpeech(event):
+                    self._spawn(self._record_speech(event))
                 case DetectSpeech(stream_id, frames):
                     self._detect(stream_id, frames)
                 case CheckTurn(stream_id, pause_id, pcm):
@@ -324,6 +328,13 @@ class TurnDoor:
         except Exception as exc:
             log.warning("truncation of turn %s not recorded: %s", event.turn_id, exc)
             self._apply([error_event(submit_error(exc), event.turn_id)])
+
+    async def _record_speech(self, event: SpeechDelivered) -> None:
+        """Best effort: the client has its audio; only the trace's speech hops miss it."""
+        try:
+            await self.edge.publisher.publish(event, self.edge.completed_topic)
+        except Exception as exc:
+            log.warning("speech of turn %s not recorded: %s", event.turn_id, exc)
 
     async def _submit(self, action: SubmitTurn) -> None:
         span = self._turn_spans.get(action.turn.turn_id)

@@ -43,6 +43,7 @@ from schemas.events import (
     Message,
     Role,
     SpeechAudio,
+    SpeechDelivered,
     SpeechSettings,
     TokenChunk,
     Truncation,
@@ -58,6 +59,7 @@ from ws_edge.actions import (
     Close,
     FollowTurn,
     GiveFeedback,
+    RecordSpeech,
     RequestCancel,
     ResolveApiKey,
     ResumeTurn,
@@ -519,7 +521,28 @@ class Session(VoiceTurns):
         route.audio_done = True
         if route.text_done:
             self._close(turn_id)
-        return [Send(ResponseAudioDone(turn_id, reason, error))]
+        return [
+            Send(ResponseAudioDone(turn_id, reason, error)),
+            *self._delivered(route, turn_id, reason),
+        ]
+
+    def _delivered(self, route: Route, turn_id: str, reason: str) -> list[Action]:
+        """Record when the answer's first audio went out and how it ended (the speech hops
+        of its trace); not for a guess the client never heard of."""
+        if self.principal is None or route.speculative or route.withdrawn:
+            return []
+        delivered = SpeechDelivered(
+            turn_id=turn_id,
+            conversation_id=route.conversation_id,
+            tenant_id=self.principal.tenant_id,
+            user_id=self.principal.user_id,
+            edge_id=self.edge_id,
+            first_audio_at_ms=round(route.first_audio_ms or 0.0, 3),
+            ended_at_ms=round(self._clock_ms(), 3),
+            audio_ms=round(route.timeline.total_ms, 3),
+            reason=reason,
+        )
+        return [RecordSpeech(delivered)]
 
     def _close(self, turn_id: str) -> None:
         """The turn's frames are all sent; a spoken one stays interruptible while it plays."""
@@ -775,7 +798,12 @@ class Session(VoiceTurns):
         return actions
 
     def _create_turn(
-        self, principal: Principal, msg: CreateTurn, *, speculative: bool = False
+        self,
+        principal: Principal,
+        msg: CreateTurn,
+        *,
+        speculative: bool = False,
+        speech_ended_at_ms: float = 0.0,
     ) -> list[Action]:
         self._check_room()
         turn_id = turn_id_for(principal, msg.conversation_id, msg.client_turn_id)
@@ -824,6 +852,7 @@ class Session(VoiceTurns):
             tool_choice=tool_choice,
             tool_results=tool_results,
             speculative=speculative,
+            speech_ended_at_ms=round(speech_ended_at_ms, 3),
         )
         route = Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
         route.carried = turn.truncates

@@ -36,6 +36,7 @@ class PendingTrace(msgspec.Struct, forbid_unknown_fields=True):
     screening: Screening | None = None
     route: Route | None = None
     language: str = ""
+    text_language: str = ""
     enriched_at_ms: float = 0.0
     image_cache_hits: int = 0
 
@@ -56,6 +57,7 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
             pending.enriched_at_ms = event.enriched_at_ms
             pending.image_cache_hits = sum(1 for image in event.images if image.cached)
             pending.language = event.language or pending.language
+            pending.text_language = event.text_language
             pending.screening = event.screening or pending.screening
             pending.submitted = pending.submitted or event.submitted
         case TurnAssembled():
@@ -85,6 +87,7 @@ def on_event(pending: PendingTrace, event: AnyEvent) -> TraceRecorded | None:
         screening=pending.screening,
         route=pending.route,
         language=pending.language,
+        text_language=pending.text_language,
         enriched_at_ms=pending.enriched_at_ms,
         image_cache_hits=pending.image_cache_hits,
     )
@@ -119,6 +122,7 @@ def timed_out(pending: PendingTrace, turn_id: str, now_ms: float) -> TraceRecord
         screening=pending.screening,
         route=pending.route,
         language=pending.language,
+        text_language=pending.text_language,
         enriched_at_ms=pending.enriched_at_ms,
         image_cache_hits=pending.image_cache_hits,
     )

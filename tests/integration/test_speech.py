@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 
 from harness.factories import new_conversation_id as conv
-from harness.kafka import assembled_prompt
+from harness.kafka import assembled_prompt, find_record, turn_event
 from harness.media import espeak_wav, pcm16, quiet_room, spoken, words
 from harness.stack import pipeline
 from runtime.settings import Settings
-from schemas.events import FinishReason, Role
+from schemas.codec import decode
+from schemas.events import FinishReason, Role, SpeechDelivered, TurnSubmitted
+from schemas.topics import TURNS_COMPLETED
 from workers.inference.engines.fake_engine import FakeEngine
 from workers.preprocess.asr import WhisperTranscriber
 from workers.preprocess.audio_decode import decode_pcm16
@@ -134,7 +136,7 @@ async def test_an_interrupt_stops_generation_and_speech_and_truncates_the_histor
 
 
 async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talked_over():
-    async with stack(token_interval_s=0.05) as (_, engine, client):
+    async with stack(token_interval_s=0.05) as (running, engine, client):
         conversation = conv()
         updated = await client.update_session(
             speech=SpeechOptions("espeak"),
@@ -180,6 +182,23 @@ async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talke
         rest = [e async for e in client.events(accepted.turn_id, speech=True)]
     transcript = next(e for e in rest if isinstance(e, InputTranscript))
     assert {"stop", "capital"} <= set(words(transcript.text))
+    # for its trace: the turn says when the user's speech ended (before it was accepted: the
+    # audio was sent at once, so by the silence after it), the edge recorded when its first
+    # audio went out
+    settings = running.settings
+    submitted = await turn_event(settings, "turns.submitted", turn_id)
+    assert isinstance(submitted, TurnSubmitted)
+    wait_ms = submitted.submitted_at_ms - submitted.speech_ended_at_ms
+    assert submitted.speech_ended_at_ms > 0 and 0 < wait_ms < 2_000, wait_ms
+    record = await find_record(
+        settings.kafka_bootstrap,
+        TURNS_COMPLETED.full_name(settings.namespace),
+        lambda r: turn_id.encode() in r.value and b"speech.delivered" in r.value,
+    )
+    delivered = decode(record.value)
+    assert isinstance(delivered, SpeechDelivered) and delivered.reason == "interrupted"
+    assert submitted.submitted_at_ms < delivered.first_audio_at_ms < delivered.ended_at_ms
+    assert delivered.audio_ms > 0 and delivered.edge_id == submitted.edge_id
 
 
 async def test_speech_never_says_what_hold_back_cut():

@@ -9,7 +9,8 @@ import pytest
 from harness.factories import new_conversation_id as conv
 from harness.kafka import assembled_prompt, completions_of, find_record, turn_event
 from schemas.codec import decode
-from schemas.events import FinishReason, Role, TurnCompleted
+from schemas.events import FinishReason, Role, TurnCompleted, TurnEnriched
+from schemas.topics import TURNS_ENRICHED
 from tests.integration.conftest import FAIL_TRIGGER
 from ws_edge.client import EdgeClient
 from ws_edge.messages import ResponseDelta, ResponseDone, ResponseStarted
@@ -141,3 +142,27 @@ async def test_concurrent_turns_on_one_connection_are_matched_to_their_answers(f
     assert len(set(turn_ids)) == 4
     for question, done in zip(questions, dones, strict=True):
         assert done.text == f"You said: {question} (turn 1)"
+
+
+async def test_a_typed_turn_is_published_enriched_with_the_language_it_is_written_in(
+    fake_pipeline,
+):
+    written = {
+        "¿Cuál es la mejor manera de aprender a tocar la guitarra?": "es",
+        "東京で一番おいしいラーメン屋はどこですか": "ja",
+        "ok": "",  # too little to tell
+    }
+    async with EdgeClient.connect(fake_pipeline.url, fake_pipeline.token()) as client:
+        dones = {text: await client.ask(conv(), text) for text in written}
+    settings = fake_pipeline.settings
+    found = {}
+    for text, done in dones.items():
+        record = await find_record(
+            settings.kafka_bootstrap,
+            TURNS_ENRICHED.full_name(settings.namespace),
+            lambda r, turn=done.turn_id: turn.encode() in r.value,
+        )
+        enriched = decode(record.value)
+        assert isinstance(enriched, TurnEnriched)
+        found[text] = (enriched.text_language, enriched.language)  # spoken stays unset
+    assert found == {text: (language, "") for text, language in written.items()}

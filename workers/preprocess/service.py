@@ -42,6 +42,7 @@ from schemas.events import (
 )
 from schemas.ids import now_ms
 from workers.preprocess.errors import MediaMissing, PreprocessError
+from workers.preprocess.text_language import detect as detect_text_language
 from workers.preprocess.vision import VisionPipeline
 from workers.runtime.keyed_locks import KeyedLocks
 from workers.runtime.outcome import OutcomeRecorder, error_outcome
@@ -85,6 +86,7 @@ class PreprocessService:
         config: PreprocessConfig,
         clock_ms: Callable[[], float],
         gate: InputGate | None = None,
+        text_language: Callable[[str], str] = detect_text_language,
     ) -> None:
         self.redis = redis
         self.producer = producer
@@ -97,6 +99,7 @@ class PreprocessService:
         self.config = config
         self.clock_ms = clock_ms
         self.gate = gate  # None: turns are not screened
+        self.text_language = text_language  # the typed text's, for the trace
         self._conversations = KeyedLocks()
 
     async def handle(self, event: AnyEvent) -> None:
@@ -140,7 +143,11 @@ class PreprocessService:
                     enriched, screening=decision.screening, verdicts=[decision.verdict]
                 )
             # the wall clock as it leaves: the trace's preprocessing hop ends here
-            enriched = msgspec.structs.replace(enriched, enriched_at_ms=now_ms())
+            enriched = msgspec.structs.replace(
+                enriched,
+                text_language=self.text_language(turn.text) if turn.text else "",
+                enriched_at_ms=now_ms(),
+            )
             await retry_transient(
                 "publishing turns.enriched",
                 lambda: self.producer.send_and_wait(

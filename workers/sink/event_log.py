@@ -26,6 +26,7 @@ from schemas.events import (
     FeedbackGiven,
     SafetyStage,
     SafetyVerdict,
+    SpeechDelivered,
     TurnAssembled,
     TurnCompleted,
     TurnEnriched,
@@ -51,6 +52,7 @@ EVENT_COLUMNS = (
 # The assembled event carries the whole prompt (what audits read): kept, up to a size no
 # context window needs; a bigger one is a bug upstream and would bloat every scan.
 MAX_PAYLOAD_BYTES = 1024 * 1024
+NO_AUDIO = "no_audio"  # a spoken answer's delivery that sent no audio (its detail's prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +172,21 @@ def _truncated(e: TurnTruncated) -> Facts:
     )
 
 
+def _delivered(e: SpeechDelivered) -> Facts:
+    """At its first audio (the speech hops' end), detail how it ended; when none went out,
+    at its end, detail `no_audio:<how>` (the view `speech_hops` skips those)."""
+    sent = e.first_audio_at_ms > 0
+    return Facts(
+        e.conversation_id,
+        e.tenant_id,
+        e.user_id,
+        e.first_audio_at_ms if sent else e.ended_at_ms,
+        step=50,
+        actor=e.edge_id,
+        detail=e.reason if sent else f"{NO_AUDIO}:{e.reason}",
+    )
+
+
 _FACTS: dict[type[Event], Callable[[Any], Facts]] = {
     TurnSubmitted: _submitted,
     TurnEnriched: _enriched,
@@ -178,6 +195,7 @@ _FACTS: dict[type[Event], Callable[[Any], Facts]] = {
     FeedbackGiven: _feedback,
     SafetyVerdict: _safety,
     TurnTruncated: _truncated,
+    SpeechDelivered: _delivered,
 }
 
 

@@ -98,6 +98,7 @@ def trace_row(event: TraceRecorded, *, now_ms: float, prices: Prices | None = No
         screening=event.screening,
         route=event.route,
         language=event.language,
+        text_language=event.text_language,
         enriched_at_ms=event.enriched_at_ms,
         image_cache_hits=event.image_cache_hits,
     ).values()

@@ -126,13 +126,28 @@ class VoiceLoop:
         self._barged = False
         self._over_assistant = False
         self._paused = False  # a SpeechPaused is out for the current utterance
+        self._received_ms = 0.0  # audio appended since the stream began, in stream time
+        self._received_at_ms = 0.0  # wall clock of the last append that said when (0: never)
 
-    def append(self, pcm: bytes) -> bytes:
-        """Microphone audio in; the whole frames to score now (their bytes, in order)."""
+    def append(self, pcm: bytes, *, at_ms: float = 0.0) -> bytes:
+        """Microphone audio in (`at_ms`: the wall clock it arrived at, for `heard_at_ms`);
+        the whole frames to score now (their bytes, in order)."""
+        self._received_ms += 1000 * len(pcm) / 2 / SAMPLE_RATE
+        if at_ms:
+            self._received_at_ms = at_ms
         self._pending += pcm
         whole = len(self._pending) - len(self._pending) % FRAME_BYTES
         frames, self._pending = bytes(self._pending[:whole]), self._pending[whole:]
         return frames
+
+    def heard_at_ms(self, stream_ms: float) -> float:
+        """The wall clock at which the audio `stream_ms` into the stream arrived, reckoned
+        back from the last arrival (a microphone streams in real time); 0 when no append
+        said when. A turn's end of speech on the clock: the end-of-turn wait is measured from
+        it, not from the moment the silence rule or the turn model decided."""
+        if not self._received_at_ms:
+            return 0.0
+        return self._received_at_ms - max(0.0, self._received_ms - stream_ms)
 
     def scored(
         self, frames: bytes, probs: list[float], *, assistant_speaking: bool

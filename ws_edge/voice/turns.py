@@ -128,6 +128,7 @@ class VoiceTurns:
         if route.speech and not route.audio_done:
             route.audio_done = True
             actions.append(Send(ResponseAudioDone(turn_id, "interrupted")))
+            actions += self._delivered(route, turn_id, "interrupted")
         if route.speech and self.principal is not None:
             played = self._played_ms(route) if audio_end_ms is None else audio_end_ms
             played = min(played, route.timeline.total_ms)
@@ -171,7 +172,7 @@ class VoiceTurns:
         pcm = decode_base64(msg.data, "audio.append")
         if len(pcm) % 2:
             raise InvalidMessage("audio.append: PCM16 audio has an even number of bytes")
-        frames = self._voice_loop.append(pcm)
+        frames = self._voice_loop.append(pcm, at_ms=self._clock_ms())
         return [DetectSpeech(msg.stream_id, frames)] if frames else []
 
     def voice_activity(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
@@ -248,7 +249,7 @@ class VoiceTurns:
         silence rule alone decides."""
         if self._withdrawn_count() >= self._limits.max_open_turns:
             return []
-        actions = self._submit_utterance(detection, paused.pcm, speculative=True)
+        actions = self._submit_utterance(detection, paused.pcm, paused.end_ms, speculative=True)
         turn_id = next(reversed(self._routes))
         self._routes[turn_id].speculative = True
         self._speculative = turn_id
@@ -305,14 +306,15 @@ class VoiceTurns:
 
     def _utterance_turn(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action]:
         """An utterance of the voice loop becomes a turn, like a `turn.create` with audio."""
-        actions = self._submit_utterance(detection, ended.pcm)
+        actions = self._submit_utterance(detection, ended.pcm, ended.end_ms)
         turn_id = next(reversed(self._routes))  # the route it just opened
         stopped = InputSpeechStopped(detection.stream_id, ended.end_ms, turn_id=turn_id)
         return [Send(stopped), *actions]
 
     def _submit_utterance(
-        self, detection: TurnDetection, pcm: bytes, *, speculative: bool = False
+        self, detection: TurnDetection, pcm: bytes, end_ms: float, *, speculative: bool = False
     ) -> list[Action]:
+        """`end_ms`: where its speech ended in the stream (the turn carries when that was)."""
         if self.principal is None:  # expired while its audio was being scored
             raise AuthError("token expired: send session.authenticate", code="token_expired")
         self._audio.clear(detection.stream_id)
@@ -328,4 +330,8 @@ class VoiceTurns:
                 )
             ],
         )
-        return self._create_turn(self.principal, msg, speculative=speculative)
+        assert self._voice_loop is not None
+        ended_at_ms = self._voice_loop.heard_at_ms(end_ms)
+        return self._create_turn(
+            self.principal, msg, speculative=speculative, speech_ended_at_ms=ended_at_ms
+        )

@@ -60,6 +60,27 @@ def test_a_completed_multimodal_turn():
     assert len(row.values()) == len(TRACE_COLUMNS)
 
 
+def test_the_language_is_the_spoken_one_else_the_typed_one_and_says_which():
+    done = completed("t1", completed_at_ms=2000.0)
+
+    def language(**known) -> tuple[str, str]:
+        trace = build_trace(submitted("t1"), completed=done, **known)
+        return trace.language, trace.language_source
+
+    assert language(language="es", text_language="en") == ("es", "speech")
+    assert language(text_language="fr") == ("fr", "text")
+    assert language() == ("", "")
+
+
+def test_the_end_of_turn_wait_runs_from_the_end_of_speech_to_acceptance():
+    done = completed("t1", completed_at_ms=2000.0)
+    voiced = submitted("t1", submitted_at_ms=1000.0, speech_ended_at_ms=380.0)
+    assert build_trace(voiced, completed=done).hop_endpointing_ms == 620.0
+    assert build_trace(submitted("t1"), completed=done).hop_endpointing_ms == 0.0  # typed
+    skewed = submitted("t1", submitted_at_ms=1000.0, speech_ended_at_ms=1004.0)  # clock jitter
+    assert build_trace(skewed, completed=done).hop_endpointing_ms == 0.0
+
+
 def test_an_error_keeps_its_code():
     error = ErrorInfo("no_speech", "nothing said")
     row = build_trace(

@@ -64,6 +64,7 @@ from ws_edge.actions import (
     DropAudio,
     GiveFeedback,
     PublishTruncation,
+    RecordSpeech,
     RequestCancel,
     ResumeTurn,
     Send,
@@ -500,7 +501,7 @@ class World:
                     assert event.turn_id in client.owned, f"{client.name} got {event!r}"
                 case RequestCancel(turn_id=turn_id) | DropAudio(turn_id=turn_id):
                     assert turn_id in client.owned, action
-                case PublishTruncation(event=event):
+                case PublishTruncation(event=event) | RecordSpeech(event=event):
                     assert event.turn_id in client.owned, action
                     assert (event.tenant_id, event.user_id) == (user.tenant_id, user.user_id)
                 case GiveFeedback():  # the shell checks the turn's recorded user against these

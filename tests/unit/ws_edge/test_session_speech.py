@@ -13,6 +13,7 @@ from schemas.events import (
     MediaKind,
     MediaRef,
     SpeechAudio,
+    SpeechDelivered,
     SpeechSettings,
     TokenChunk,
     ToolCall,
@@ -29,6 +30,7 @@ from ws_edge.actions import (
     DetectSpeech,
     DropAudio,
     PublishTruncation,
+    RecordSpeech,
     RequestCancel,
     Send,
     SubmitTurn,
@@ -53,7 +55,7 @@ from ws_edge.messages import (
 )
 from ws_edge.server_tools import ServerTools
 from ws_edge.session import Session, SessionLimits
-from ws_edge.voice.loop import EAGERNESS, FRAME_BYTES, VadRules
+from ws_edge.voice.loop import EAGERNESS, FRAME_BYTES, FRAME_MS, VadRules
 
 VOICES = ["joe", "espeak"]
 ANSWER = "Hello there, how are you?"
@@ -148,6 +150,25 @@ def played_turn(session: Session, clock: Clock, *, at: float = 5000.0) -> str:
     return turn_id
 
 
+def delivered(
+    turn_id: str, first_audio_at_ms: float, *, audio_ms: float, reason: str = "completed", at=None
+) -> RecordSpeech:
+    """What the edge records when a spoken answer's audio ended (`at`: the clock then)."""
+    return RecordSpeech(
+        SpeechDelivered(
+            turn_id=turn_id,
+            conversation_id="c1",
+            tenant_id="acme",
+            user_id="alice",
+            edge_id="edge-1",
+            first_audio_at_ms=first_audio_at_ms,
+            ended_at_ms=first_audio_at_ms if at is None else at,
+            audio_ms=audio_ms,
+            reason=reason,
+        )
+    )
+
+
 def interrupt(session: Session, turn_id: str, **fields):
     return session.receive(frame(type="turn.interrupt", turn_id=turn_id, **fields))
 
@@ -159,14 +180,29 @@ def next_turn(session: Session, conversation_id: str = "c1") -> SubmitTurn:
     return submit
 
 
-def truncated(turn_id, text, audio_end_ms, *, reason, at, cancel=True, audio_done=True):
-    """The actions of an interrupt, in order."""
+def truncated(
+    turn_id,
+    text,
+    audio_end_ms,
+    *,
+    reason,
+    at,
+    cancel=True,
+    audio_done=True,
+    first_audio=0.0,
+    sent_ms=0.0,
+):
+    """The actions of an interrupt, in order (`first_audio`, `sent_ms`: when the answer's
+    first audio went out and how much was sent, for the speech record)."""
     truncation = Truncation(turn_id, text, audio_end_ms)
     actions = [DropAudio(turn_id)]
     if cancel:
         actions.append(RequestCancel(turn_id, "c1", reason))
     if audio_done:
         actions.append(Send(ResponseAudioDone(turn_id, "interrupted")))
+        actions.append(
+            delivered(turn_id, first_audio, audio_ms=sent_ms, reason="interrupted", at=at)
+        )
     actions.append(Send(ResponseTruncated(turn_id, audio_end_ms, text)))
     actions.append(
         PublishTruncation(
@@ -275,8 +311,9 @@ def test_text_done_keeps_the_route_open_until_the_final_audio():
     assert session.open_turns == [turn_id]
     assert session.awaits_audio(turn_id)
     actions = session.relay(audio(turn_id, 1, SECOND, 13, 500, final=True))
-    assert [type(a.event) for a in actions] == [ResponseAudio, ResponseAudioDone]
+    assert [type(a.event) for a in actions] == [ResponseAudio, ResponseAudioDone, SpeechDelivered]
     assert actions[1] == Send(ResponseAudioDone(turn_id, "completed"))
+    assert actions[2] == delivered(turn_id, 1000.0, audio_ms=1500.0)
     assert session.open_turns == []
     assert not session.awaits_audio(turn_id)
     assert session.relay(audio(turn_id, 2, "late", 25, 100)) == []
@@ -287,7 +324,10 @@ def test_empty_final_audio_sends_only_audio_done():
     turn_id = spoken_turn(session)
     session.relay(completed(turn_id, conversation_id="c1", text=ANSWER))
     final = audio(turn_id, 0, "", 0, 0, final=True)
-    assert session.relay(final) == [Send(ResponseAudioDone(turn_id, "completed"))]
+    assert session.relay(final) == [
+        Send(ResponseAudioDone(turn_id, "completed")),
+        delivered(turn_id, 0.0, audio_ms=0.0, at=1000.0),  # none went out
+    ]
 
 
 def test_audio_done_before_text_done_closes_at_response_done():
@@ -304,7 +344,10 @@ def test_stopped_final_frame_names_the_reason():
     session, _ = make()
     turn_id = spoken_turn(session)
     actions = session.relay(audio(turn_id, 0, "", 0, 0, final=True, stopped="cancelled"))
-    assert actions == [Send(ResponseAudioDone(turn_id, "cancelled"))]
+    assert actions == [
+        Send(ResponseAudioDone(turn_id, "cancelled")),
+        delivered(turn_id, 0.0, audio_ms=0.0, reason="cancelled", at=1000.0),
+    ]
 
 
 def test_audio_of_a_failed_over_attempt_is_dropped():
@@ -330,7 +373,8 @@ def test_speech_timed_out_ends_the_audio_with_tts_unavailable():
     session.relay(completed(turn_id, conversation_id="c1", text=ANSWER))
     error = ErrorInfo("tts_unavailable", "speech did not arrive in time", retryable=True)
     assert session.speech_timed_out(turn_id) == [
-        Send(ResponseAudioDone(turn_id, "tts_unavailable", error))
+        Send(ResponseAudioDone(turn_id, "tts_unavailable", error)),
+        delivered(turn_id, 0.0, audio_ms=0.0, reason="tts_unavailable", at=1000.0),
     ]
     assert session.open_turns == []
     assert session.speech_timed_out(turn_id) == []
@@ -346,7 +390,9 @@ def test_interrupt_with_audio_end_ms_truncates_to_the_words_heard():
     clock.now = 5100.0
     actions = interrupt(session, turn_id, audio_end_ms=700)
     # 700 of 1000 ms into "Hello there, ": "the|re" was cut in half
-    assert actions == truncated(turn_id, "Hello ", 700.0, reason="interrupt", at=5100.0)
+    assert actions == truncated(
+        turn_id, "Hello ", 700.0, reason="interrupt", at=5100.0, first_audio=5000.0, sent_ms=1500.0
+    )
     assert interrupt(session, turn_id) == []  # once
     # what the engine still makes is not shown, and its audio is not relayed
     assert session.relay(TokenChunk(turn_id=turn_id, seq=0, text="x", emitted_at_ms=1)) == []
@@ -378,7 +424,15 @@ def test_interrupt_without_audio_end_ms_estimates_from_the_clock():
     session.relay(audio(turn_id, 1, SECOND, 13, 500))
     clock.now = 6250.0  # 1250 ms since the first audio: 250 ms into "how are you?"
     actions = interrupt(session, turn_id)
-    assert actions == truncated(turn_id, "Hello there, how ", 1250.0, reason="interrupt", at=6250.0)
+    assert actions == truncated(
+        turn_id,
+        "Hello there, how ",
+        1250.0,
+        reason="interrupt",
+        at=6250.0,
+        first_audio=5000.0,
+        sent_ms=1500.0,
+    )
 
 
 def test_estimate_never_passes_the_audio_sent():
@@ -415,7 +469,9 @@ def test_interrupt_after_text_done_still_cancels_speech():
     speak_all(session, clock, turn_id, at=5000.0)  # text done, final audio not yet
     clock.now = 5500.0
     actions = interrupt(session, turn_id)
-    assert actions == truncated(turn_id, "Hello ", 500.0, reason="interrupt", at=5500.0)
+    assert actions == truncated(
+        turn_id, "Hello ", 500.0, reason="interrupt", at=5500.0, first_audio=5000.0, sent_ms=1500.0
+    )
     assert session.open_turns == []  # its text was done: closed now
 
 
@@ -538,6 +594,33 @@ def test_an_utterance_becomes_a_turn_with_its_audio():
     assert accepted == Send(TurnAccepted(turn_id, "c1"))
 
 
+def test_an_utterance_turn_carries_when_its_speech_ended_on_the_clock():
+    """Not when the silence rule decided (512 ms of silence later): the end-of-turn wait is
+    measured from what the user did."""
+    session, clock, mic = listening(vad=NO_GUESS)
+    clock.now = 10_000.0
+
+    def say(probs: list[float]):  # a microphone streams in real time
+        clock.now += len(probs) * FRAME_MS
+        return mic.say(probs)
+
+    say([0.0] * 6)
+    say([0.9] * 10)  # speech ends 16 frames (512 ms) into the stream
+    say([0.0] * 15)
+    [_, submit] = say([0.0])
+    assert submit.turn.speech_ended_at_ms == 10_512.0
+    assert submit.turn.submitted_at_ms == 10_000.0 + 32 * FRAME_MS
+    assert next_turn(session, "typed").turn.speech_ended_at_ms == 0.0  # typed: not known
+
+
+def test_a_guess_carries_the_end_of_speech_of_its_pause():
+    _, clock, mic = listening()
+    clock.now = 20_000.0
+    submit = guessed(mic)  # all 23 frames arrive at once, at 20_000 on the clock
+    assert submit.turn.speculative
+    assert submit.turn.speech_ended_at_ms == 20_000.0 - (23 - 16) * FRAME_MS
+
+
 def test_a_click_on_the_mic_is_not_a_turn():
     _, _, mic = listening()
     assert mic.say([0.0] * 6 + [0.9] * 3 + [0.0] * 40) == []
@@ -567,7 +650,9 @@ def test_speech_over_the_assistant_barges_in():
     clock.now = 5400.0  # 400 ms of the answer played: "Hello" heard, "there" not
     assert mic.say([0.9] * 18) == [Send(InputSpeechStarted("mic", 0.0))]
     actions = mic.say([0.9])  # 608 ms of speech
-    assert actions == truncated(turn_id, "Hello", 400.0, reason="barge_in", at=5400.0)
+    assert actions == truncated(
+        turn_id, "Hello", 400.0, reason="barge_in", at=5400.0, first_audio=5000.0, sent_ms=1000.0
+    )
     assert mic.say([0.9] * 20) == []  # one barge-in
     [stopped, submit] = mic.say([0.0] * 16)
     new_id = submit.turn.turn_id
@@ -826,7 +911,9 @@ def test_after_a_barge_in_a_pause_submits_a_speculative_turn():
     answer = speaking_turn(session, clock, at=5000.0)
     clock.now = 5400.0
     assert mic.say([0.9] * 18) == [Send(InputSpeechStarted("mic", 0.0))]
-    assert mic.say([0.9]) == truncated(answer, "Hello", 400.0, reason="barge_in", at=5400.0)
+    assert mic.say([0.9]) == truncated(
+        answer, "Hello", 400.0, reason="barge_in", at=5400.0, first_audio=5000.0, sent_ms=1000.0
+    )
     assert mic.say([0.0] * 6) == []
     [submit] = mic.say([0.0])  # 224 ms of silence after the barge-in: a guess
     assert isinstance(submit, SubmitTurn)
@@ -857,7 +944,9 @@ def test_a_withdrawn_guess_gives_back_the_barge_in_truncation_it_carried():
     answer = speaking_turn(session, clock, at=5000.0)
     clock.now = 5400.0
     mic.say([0.9] * 18)
-    assert mic.say([0.9]) == truncated(answer, "Hello", 400.0, reason="barge_in", at=5400.0)
+    assert mic.say([0.9]) == truncated(
+        answer, "Hello", 400.0, reason="barge_in", at=5400.0, first_audio=5000.0, sent_ms=1000.0
+    )
     assert mic.say([0.0] * 6) == []
     [guess] = mic.say([0.0])
     first = guess.turn.turn_id
@@ -1151,8 +1240,9 @@ def test_a_spoken_turn_that_ends_without_text_ends_its_speech_at_once():
     actions = session.relay(
         completed(turn_id, conversation_id="c1", text="", finish_reason="safety", error=refusal)
     )
-    assert actions[-1] == Send(ResponseAudioDone(turn_id, "safety", refusal))
-    assert isinstance(actions[-2].event, ResponseDone)
+    assert actions[-2] == Send(ResponseAudioDone(turn_id, "safety", refusal))
+    assert actions[-1] == delivered(turn_id, 0.0, audio_ms=0.0, reason="safety", at=1000.0)
+    assert isinstance(actions[-3].event, ResponseDone)
     assert session.open_turns == [] and not session.awaits_audio(turn_id)
 
 

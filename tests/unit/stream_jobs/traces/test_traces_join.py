@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.factories import completed, enriched, submitted
 from schemas.events import OutputSafety, PromptContext, SafetyAction, Screening, TurnAssembled
+from schemas.ids import now_ms
 from stream_jobs.traces.state import PendingTrace, on_event
 
 
@@ -176,3 +177,15 @@ def test_the_spoken_language_joins_the_trace_and_its_row():
     typed = PendingTrace()
     on_event(typed, submitted("t10"))
     assert on_event(typed, completed("t10")).language == ""
+
+
+def test_the_typed_texts_language_joins_the_trace_and_reaches_its_row():
+    from schemas.traces import TRACE_COLUMNS
+    from workers.sink.rows import trace_row
+
+    pending = PendingTrace()
+    on_event(pending, enriched("t11", text_language="de"))
+    trace = on_event(pending, completed("t11", completed_at_ms=now_ms()))
+    assert trace is not None and (trace.language, trace.text_language) == ("", "de")
+    row = dict(zip(TRACE_COLUMNS, trace_row(trace, now_ms=now_ms()), strict=True))
+    assert (row["language"], row["language_source"]) == ("de", "text")

@@ -23,6 +23,7 @@ from schemas.events import (
     SafetyAction,
     SafetyStage,
     SafetyVerdict,
+    SpeechDelivered,
     TraceRecorded,
     TurnAssembled,
     TurnEnriched,
@@ -131,6 +132,32 @@ def test_feedback_carries_its_kind_and_comment_size():
     row = row_of(event)
     assert row["kind"] == "feedback.given" and row["step"] == 80 and row["at"] == at(T0 + 500)
     assert (row["detail"], row["text_bytes"]) == ("thumbs_down", 9)
+
+
+def speech(first_audio_at_ms: float, reason: str = "completed") -> SpeechDelivered:
+    return SpeechDelivered(
+        turn_id="t1",
+        conversation_id="c1",
+        tenant_id="acme",
+        user_id="ann",
+        edge_id="edge-2",
+        first_audio_at_ms=first_audio_at_ms,
+        ended_at_ms=T0 + 4000,
+        audio_ms=3200.0,
+        reason=reason,
+    )
+
+
+def test_a_spoken_answer_is_dated_by_its_first_audio_and_names_how_it_ended():
+    row = row_of(speech(T0 + 700, reason="interrupted"))
+    assert row["kind"] == "speech.delivered" and row["step"] == 50
+    assert (row["at"], row["actor"], row["detail"]) == (at(T0 + 700), "edge-2", "interrupted")
+    assert msgspec.json.decode(row["payload"])["audio_ms"] == 3200.0
+
+
+def test_a_spoken_answer_that_sent_no_audio_is_dated_by_its_end_and_says_so():
+    row = row_of(speech(0.0, reason="tts_unavailable"))
+    assert (row["at"], row["detail"]) == (at(T0 + 4000), "no_audio:tts_unavailable")
 
 
 def test_a_safety_verdict_sits_between_its_neighbours_and_names_its_decision():
