@@ -1,6 +1,7 @@
 """A sink process serving the ClickHouse HTTP interface over a store it filled itself: a
-few traces and completed turns of one tenant, sent through Kafka as the pipeline sends
-them. Analysts' client tests (Python, Go, Node) query it."""
+few traces and completed turns of one tenant (the first trace a voice-loop turn, its
+spoken answer's delivery recorded), sent through Kafka as the pipeline sends them.
+Analysts' client tests (Python, Go, Node) query it."""
 
 from __future__ import annotations
 
@@ -24,7 +25,14 @@ from runtime.kafka_topics import ensure_topics
 from runtime.processes import Child, free_port
 from runtime.settings import Settings, settings_env
 from schemas.codec import encode
-from schemas.events import PromptContext, Timings, TraceRecorded, Usage
+from schemas.events import (
+    PromptContext,
+    SpeechDelivered,
+    SpeechSettings,
+    Timings,
+    TraceRecorded,
+    Usage,
+)
 from schemas.ids import now_ms
 
 TRACES = 3
@@ -69,7 +77,10 @@ class Sink:
 
 def trace_event(tenant: str, i: int, stamp_ms: int) -> TraceRecorded:
     turn = f"{tenant}-trace-{i}"
-    sent = submitted(turn, tenant_id=tenant, user_id=f"user-{i}", submitted_at_ms=stamp_ms)
+    spoken = {"speech": SpeechSettings(), "speech_ended_at_ms": stamp_ms - 400} if i == 0 else {}
+    sent = submitted(
+        turn, tenant_id=tenant, user_id=f"user-{i}", submitted_at_ms=stamp_ms, **spoken
+    )
     done = completed(
         turn,
         tenant_id=tenant,
@@ -82,7 +93,23 @@ def trace_event(tenant: str, i: int, stamp_ms: int) -> TraceRecorded:
     context = PromptContext(
         history_messages=i, dropped_messages=0, prompt_tokens=10, retrieved=[f"doc-{i}", "faq"]
     )
-    return TraceRecorded(turn_id=turn, submitted=sent, completed=done, context=context)
+    return TraceRecorded(
+        turn_id=turn, submitted=sent, completed=done, context=context, language="en"
+    )
+
+
+def delivery(tenant: str, stamp_ms: int) -> SpeechDelivered:
+    """The first trace's spoken answer, as the edge records it."""
+    return SpeechDelivered(
+        turn_id=f"{tenant}-trace-0",
+        conversation_id="c",
+        tenant_id=tenant,
+        user_id="user-0",
+        edge_id="e",
+        first_audio_at_ms=stamp_ms + 300,
+        ended_at_ms=stamp_ms + 2000,
+        audio_ms=1500.0,
+    )
 
 
 async def publish(settings: Settings, tenant: str, stamp_ms: int) -> None:
@@ -103,6 +130,8 @@ async def publish(settings: Settings, tenant: str, stamp_ms: int) -> None:
             await producer.send_and_wait(
                 f"{settings.namespace}.turns.completed", encode(turn), b"k"
             )
+        spoken = delivery(tenant, stamp_ms)
+        await producer.send_and_wait(f"{settings.namespace}.turns.completed", encode(spoken), b"k")
     finally:
         await producer.stop()
 
@@ -130,8 +159,10 @@ async def running_sink(home: Path) -> AsyncIterator[Sink]:
 
         def landed() -> bool:
             q = "SELECT (SELECT count() FROM turnstream.traces WHERE tenant_id = %(t)s), "
-            q += "(SELECT count() FROM turnstream.turns WHERE tenant_id = %(t)s)"
-            return client.query(q, parameters={"t": tenant}).result_rows[0] == (TRACES, TURNS)
+            q += "(SELECT count() FROM turnstream.turns WHERE tenant_id = %(t)s), "
+            q += "(SELECT count() FROM turnstream.speech_hops WHERE tenant_id = %(t)s)"
+            landed = client.query(q, parameters={"t": tenant}).result_rows[0]
+            return landed == (TRACES, TURNS, 1)
 
         await eventually(lambda: asyncio.to_thread(landed))
         yield running

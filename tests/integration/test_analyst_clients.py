@@ -391,7 +391,7 @@ def test_the_readme_questions_run_as_written(sink):
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Asking the data", 1)[1].split("\n## ", 1)[0]
     queries = re.findall(r"\| `(SELECT [^`]+)` \|", section)
-    assert len(queries) == 4
+    assert len(queries) == 5
     client = sink.client()
     for sql in queries:
         client.query(sql)  # raises with ClickHouse's error when it does not
