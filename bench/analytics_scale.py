@@ -5,10 +5,13 @@ fresh embedded store, then every view and the documented example queries, timed.
 
 Rows are made by the engine itself (INSERT ... SELECT FROM numbers()) in batches, with
 distributions like live traffic: 30 days, a few heavy tenants and many light ones, three
-models, TTFT lognormal, 1% errors, 2% replay rows, a 10% canary, spoken and tool turns;
-three events per trace. Each query runs once cold, then `repeats` times; the table gives
-the cold time, the warm median and max, and the rows it answered. Writes
-bench/results/analytics_scale.json and a plot (bench/figures/analytics_scale.png).
+models, TTFT lognormal, 1% errors, 2% replay rows, a 10% canary, spoken and tool turns,
+typed turns in nine languages; three events per trace and a `speech.delivered` one per
+spoken answer; the engines' samples of 30 days (16 workers, one every 500 ms as
+TURNSTREAM_METRICS_INTERVAL_MS: 83M rows; `--metrics-workers 0` for none). Each query runs
+once cold, then `repeats` times; the table gives the cold time, the warm median and max, and
+the rows it answered. Writes bench/results/analytics_scale.json and a plot
+(bench/figures/analytics_scale.png).
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ INSERT INTO turnstream.traces
      completion_tokens, cached_prompt_tokens, history_messages, dropped_messages,
      preprocess_ms, queue_ms, ttft_ms, e2e_ms, itl_p50_ms, itl_p99_ms, itl_max_ms,
      finish_reason, error_code, input_safety, cost_usd, run_id, arm, language,
-     tools_offered, tool_calls, tool_call_ids, edge_id, image_cache_hits, hop_preprocess_ms,
-     hop_assembly_ms, hop_queue_ms, hop_prefill_ms, hop_decode_ms, submitted_at,
-     completed_at)
+     language_source, tools_offered, tool_calls, tool_call_ids, edge_id, image_cache_hits,
+     hop_preprocess_ms, hop_assembly_ms, hop_queue_ms, hop_prefill_ms, hop_decode_ms,
+     hop_endpointing_ms, submitted_at, completed_at)
 SELECT
     concat('t-', toString(n)) AS turn_id,
     concat('c-', toString(intDiv(n, 5))) AS conversation_id,
@@ -76,7 +79,11 @@ SELECT
     (prompt_tokens * 0.5 + completion_tokens * 1.5) / 1e6 AS cost_usd,
     if(rand(24) % 50 = 0, concat('run-', toString(rand(25) % 20)), '') AS run_id,
     multiIf(rand(26) % 20 = 0, 'terse', rand(26) % 20 = 1, 'control', '') AS arm,
-    if(audio_count > 0, ['en', 'es', 'zh', 'fr'][1 + rand(27) % 4], '') AS language,
+    multiIf(audio_count > 0, ['en', 'es', 'zh', 'fr'][1 + rand(27) % 4],
+            rand(27) % 40 = 0, '',
+            ['en', 'en', 'en', 'es', 'de', 'fr', 'zh', 'ja', 'hi', 'ar', 'ru'][1 + rand(32) % 11])
+        AS language,
+    multiIf(audio_count > 0, 'speech', language != '', 'text', '') AS language_source,
     if(rand(28) % 25 = 0, 3, 0) AS tools_offered,
     if(tools_offered > 0 AND rand(29) % 2 = 0, ['calc__add'], []) AS tool_calls,
     arrayMap(name -> concat(turn_id, '/', name), tool_calls) AS tool_call_ids,
@@ -87,6 +94,7 @@ SELECT
     queue_ms - hop_preprocess_ms - hop_assembly_ms AS hop_queue_ms,
     ttft_ms - queue_ms AS hop_prefill_ms,
     e2e_ms - ttft_ms AS hop_decode_ms,
+    toFloat32(if(audio_count > 0, 150 + rand(33) % 700, 0)) AS hop_endpointing_ms,
     fromUnixTimestamp64Milli(toInt64({start_ms:Int64} + (n * {span_ms:Int64}) / {rows:Int64}))
         AS submitted_at,
     submitted_at + toIntervalMillisecond(toInt64(e2e_ms)) AS completed_at
@@ -115,6 +123,57 @@ SELECT
     toUInt64(rowNumberInAllBlocks()) AS kafka_offset
 FROM turnstream.traces
 ARRAY JOIN [0, 1, 2] AS k
+"""
+
+# the edge's record of each spoken answer's first audio (what `speech_hops` joins)
+SPEECH_EVENTS = """
+INSERT INTO turnstream.events
+    (kind, turn_id, conversation_id, tenant_id, user_id, at, step, actor, detail,
+     error_code, text_bytes, payload, kafka_topic, kafka_partition, kafka_offset)
+SELECT
+    'speech.delivered' AS kind,
+    turn_id, conversation_id, tenant_id, user_id,
+    submitted_at + toIntervalMillisecond(toInt64(ttft_ms + 120 + rand(41) % 400)) AS at,
+    toUInt8(50) AS step,
+    edge_id AS actor,
+    if(rand(42) % 8 = 0, 'interrupted', 'completed') AS detail,
+    '' AS error_code,
+    toUInt32(0) AS text_bytes,
+    concat('{"type":"speech.delivered","turn_id":"', turn_id, '"}') AS payload,
+    'turnstream.turns.completed' AS kafka_topic,
+    toUInt16(cityHash64(conversation_id) % 8) AS kafka_partition,
+    toUInt64(1e10 + rowNumberInAllBlocks()) AS kafka_offset
+FROM turnstream.traces
+WHERE audio_count > 0
+"""
+
+# the inference workers' samples, one day per statement
+METRICS = """
+INSERT INTO turnstream.worker_metrics
+    (worker_id, pool, model, at, interval_ms, running, waiting, kv_cache_usage,
+     prefix_cache_queries, prefix_cache_hits, preemptions, prompt_tokens, generation_tokens,
+     queue_depth, in_flight, kafka_topic, kafka_partition, kafka_offset)
+SELECT
+    concat('worker-', toString(n % {workers:UInt64})) AS worker_id,
+    if(n % {workers:UInt64} < {workers:UInt64} / 5, 'reasoning', 'chat') AS pool,
+    ['smollm2-135m', 'qwen3-8b', 'qwen3-32b-reasoning'][1 + (n % {workers:UInt64}) % 3] AS model,
+    fromUnixTimestamp64Milli(toInt64({start_ms:Int64}
+        + intDiv(n, {workers:UInt64}) * {every_ms:UInt64})) AS at,
+    toFloat32({every_ms:UInt64}) AS interval_ms,
+    toUInt32(rand(50) % 48) AS running,
+    toUInt32(if(rand(51) % 10 = 0, rand(52) % 20, 0)) AS waiting,
+    toFloat32(running / 64 + (rand(53) % 100) / 1000) AS kv_cache_usage,
+    toUInt32(rand(54) % 4000) AS prefix_cache_queries,
+    toUInt32(prefix_cache_queries * (rand(55) % 80) / 100) AS prefix_cache_hits,
+    toUInt32(if(rand(56) % 500 = 0, 1, 0)) AS preemptions,
+    toUInt32(prefix_cache_queries - prefix_cache_hits) AS prompt_tokens,
+    toUInt32(running * (5 + rand(57) % 15)) AS generation_tokens,
+    toUInt32(rand(58) % 6) AS queue_depth,
+    toUInt32(running + queue_depth) AS in_flight,
+    'turnstream.workers.metrics' AS kafka_topic,
+    toUInt16(n % 8) AS kafka_partition,
+    n AS kafka_offset
+FROM (SELECT number AS n FROM numbers({first:UInt64}, {count:UInt64}))
 """
 
 # every view, and the example queries of docs/analytics.md and the migrations: a name,
@@ -170,6 +229,25 @@ a tenant's refused turns today (events)
 one turn's events (events)
     SELECT kind, at, detail, error_code, text_bytes FROM turnstream.events FINAL
     WHERE turn_id = 't-777777' ORDER BY at, step
+speech_hops by language, a day
+    SELECT language, count(), quantile(0.5)(total_ms), quantile(0.9)(total_ms),
+    avg(endpointing_ms), avg(transcript_ms), avg(first_token_ms), avg(first_audio_ms)
+    FROM turnstream.speech_hops WHERE submitted_at > now() - INTERVAL 1 DAY GROUP BY language
+typed turns by language, 7 days
+    SELECT language_source, language, count() FROM turnstream.traces FINAL
+    WHERE submitted_at > now() - INTERVAL 7 DAY GROUP BY language_source, language
+    ORDER BY count() DESC
+infra_minutely, last hour
+    SELECT minute, worker_id, batch_avg, kv_usage_max, queue_depth_max
+    FROM turnstream.infra_minutely WHERE minute > now() - INTERVAL 1 HOUR
+    ORDER BY minute, worker_id
+infra_minutely, a day per worker
+    SELECT worker_id, max(kv_usage_max), avg(prefix_cache_hit_rate),
+    sum(generation_tokens) FROM turnstream.infra_minutely
+    WHERE minute > now() - INTERVAL 1 DAY GROUP BY worker_id
+tokens per second per worker, last 10 minutes
+    SELECT worker_id, sum(generation_tokens) / (sum(interval_ms) / 1000) AS tokens_per_s
+    FROM turnstream.worker_metrics WHERE at > now() - INTERVAL 10 MINUTE GROUP BY worker_id
 """
 
 
@@ -198,8 +276,16 @@ class Timing:
     result_rows: int
 
 
-def generate(client, rows: int, with_events: bool) -> None:
-    """The traces in batches of a million (progress on stderr), then their events."""
+@dataclass(frozen=True)
+class Volume:
+    traces: int
+    events: int
+    metrics: int
+
+
+def generate(client, rows: int, with_events: bool, workers: int, every_ms: int) -> Volume:
+    """The traces in batches of a million (progress on stderr), their events, then the
+    workers' samples a day at a time."""
     end_ms = int(time.time() * 1000)
     start_ms = end_ms - 30 * DAY_S * 1000
     started = time.monotonic()
@@ -217,9 +303,26 @@ def generate(client, rows: int, with_events: bool) -> None:
         rate = done / max(time.monotonic() - started, 1e-9)
         print(f"\rgenerated {done:,}/{rows:,} traces ({rate:,.0f}/s)", end="", file=sys.stderr)
     print(file=sys.stderr)
+    events = 0
     if with_events:
         print(f"generating {3 * rows:,} events (three per trace)…", file=sys.stderr)
         client.command(EVENTS)
+        client.command(SPEECH_EVENTS)
+        events = client.command("SELECT count() FROM turnstream.events")
+    per_day = workers * (DAY_S * 1000 // every_ms) if workers else 0
+    for day in range(30 if workers else 0):
+        params = {
+            "workers": workers,
+            "every_ms": every_ms,
+            "start_ms": start_ms,
+            "first": day * per_day,
+            "count": per_day,
+        }
+        client.command(METRICS, parameters=params)
+        print(f"\rgenerated {(day + 1) * per_day:,} worker samples", end="", file=sys.stderr)
+    if workers:
+        print(file=sys.stderr)
+    return Volume(rows, events, 30 * per_day)
 
 
 def timed(client, name: str, sql: str, repeats: int) -> Timing:
@@ -233,7 +336,7 @@ def timed(client, name: str, sql: str, repeats: int) -> Timing:
     return Timing(name, runs[0], statistics.median(warm), max(warm), result)
 
 
-def plot(timings: list[Timing], rows: int) -> Path:
+def plot(timings: list[Timing], volume: Volume) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -245,7 +348,10 @@ def plot(timings: list[Timing], rows: int) -> Path:
     ax.scatter([t.cold_s for t in timings][::-1], names, color="#dd8452", zorder=3, label="cold")
     ax.axvline(1.0, color="red", linestyle="--", label="1 s")
     ax.set_xlabel("seconds")
-    ax.set_title(f"analysts' queries on {rows:,} traces (+{3 * rows:,} events), 2 cores")
+    ax.set_title(
+        f"analysts' queries, 2 cores: {volume.traces:,} traces,\n"
+        f"{volume.events:,} events, {volume.metrics:,} worker samples"
+    )
     ax.legend(loc="lower right")
     fig.tight_layout()
     return save_figure(fig, "analytics_scale")
@@ -258,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default="", help="a fresh TURNSTREAM_HOME (default: temp)")
     parser.add_argument("--keep", action="store_true", help="keep the generated store")
     parser.add_argument("--no-events", action="store_true")
+    parser.add_argument("--metrics-workers", type=int, default=16, help="0: no worker samples")
+    parser.add_argument("--metrics-every-ms", type=int, default=500)
     parser.add_argument(
         "--no-optimize",
         action="store_true",
@@ -269,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         migrate(client)
         began = time.monotonic()
-        generate(client, args.rows, not args.no_events)
+        volume = generate(
+            client, args.rows, not args.no_events, args.metrics_workers, args.metrics_every_ms
+        )
         generated_s = time.monotonic() - began
         if not args.no_optimize:  # as background merges leave a month, given time
             client.command("OPTIMIZE TABLE turnstream.traces FINAL")
@@ -290,7 +400,10 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
         if not args.keep and not args.home:
             shutil.rmtree(home, ignore_errors=True)
-    print(f"\n{args.rows:,} traces, generated in {generated_s:.0f} s; seconds per query:")
+    print(
+        f"\n{volume.traces:,} traces, {volume.events:,} events, {volume.metrics:,} worker "
+        f"samples, generated in {generated_s:.0f} s; seconds per query:"
+    )
     print(f"{'cold':>7} {'warm p50':>8} {'max':>7} {'rows':>6}  query")
     for t in timings:
         print(
@@ -304,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "rows": args.rows,
+                "volume": asdict(volume),
                 "generated_s": generated_s,
                 "optimized": not args.no_optimize,
                 "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -312,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             indent=1,
         )
     )
-    print(f"{out}\n{plot(timings, args.rows)}")
+    print(f"{out}\n{plot(timings, volume)}")
     return 0
 
 
