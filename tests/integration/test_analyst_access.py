@@ -30,6 +30,15 @@ def other_tenant(sink: Sink) -> str:
         "INSERT INTO turnstream.turns (turn_id, tenant_id, model, completed_at) VALUES "
         f"('{other}-1', '{other}', 'm9', now64()), ('{other}-2', '{other}', 'm9', now64())"
     )
+    # a spoken answer of the other tenant: its trace and its delivery (a view's join)
+    client.command(
+        "INSERT INTO turnstream.traces (turn_id, tenant_id, submitted_at) VALUES "
+        f"('{other}-1', '{other}', now64())"
+    )
+    client.command(
+        "INSERT INTO turnstream.events (kind, turn_id, tenant_id, at, detail) VALUES "
+        f"('speech.delivered', '{other}-1', '{other}', now64(), 'completed')"
+    )
     return other
 
 
@@ -62,6 +71,14 @@ def test_the_analyst_reads_its_tenants_rows_wherever_they_are_read(sink, limited
     assert limited.command("SELECT count() FROM turnstream.traces") == TRACES
     daily = limited.query("SELECT DISTINCT tenant_id FROM turnstream.business_daily")
     assert daily.result_rows == [(sink.tenant,)]
+    spoken = limited.query("SELECT DISTINCT tenant_id FROM turnstream.speech_hops")
+    assert spoken.result_rows == [(sink.tenant,)]
+    assert (
+        len(
+            sink.client().query("SELECT DISTINCT tenant_id FROM turnstream.speech_hops").result_rows
+        )
+        >= 2
+    )
     joined = limited.command(
         "SELECT count() FROM turnstream.turns AS a JOIN (SELECT turn_id FROM turnstream.turns) "
         "AS b USING turn_id WHERE a.tenant_id IN (SELECT tenant_id FROM turnstream.turns)"

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -375,7 +376,8 @@ def test_transport_parameters_are_served(sink):
 
         assert gzip.decompress(answer.read()).split() == [str(n).encode() for n in range(1000)]
     headers = {"X-ClickHouse-Database": "turnstream", "X-ClickHouse-Format": "JSONEachRow"}
-    with raw(sink, "?query=SELECT+count()+AS+n+FROM+traces", headers=headers) as answer:
+    query = urllib.parse.quote(f"SELECT count() AS n FROM traces WHERE tenant_id = '{sink.tenant}'")
+    with raw(sink, f"?query={query}", headers=headers) as answer:
         assert int(json.loads(answer.read())["n"]) == TRACES
 
 
