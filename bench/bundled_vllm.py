@@ -10,7 +10,9 @@ from runtime.settings import Settings
 from runtime.smollm2 import convert, default_model_dir
 
 
-async def start_bundled_vllm(*, max_num_seqs: int = 4, max_model_len: int = 2048) -> Any:
+async def start_bundled_vllm(
+    *, max_num_seqs: int = 4, max_model_len: int = 2048, kv_cache_bytes: int = 256 * 1024 * 1024
+) -> Any:
     """A started `VllmEngine` (close it when done)."""
     from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
@@ -18,7 +20,7 @@ async def start_bundled_vllm(*, max_num_seqs: int = 4, max_model_len: int = 2048
     options = VllmOptions(
         model_path=path,
         model_name="smollm2-135m-instruct",
-        kv_cache_bytes=256 * 1024 * 1024,
+        kv_cache_bytes=kv_cache_bytes,
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
     )

@@ -417,6 +417,24 @@ class Settings:
         "Tokens the engine computes per step, prefill chunks included (0: the engine's "
         "default); lower favours decode latency, higher prefill throughput.",
     )
+    waiting_turns: int = _var(
+        "TURNSTREAM_WAITING_TURNS",
+        16,
+        "Turns a worker fetches beyond its engine's batch: they wait in the worker for a seat, "
+        "seated highest tier first, instead of in Kafka in arrival order.",
+    )
+    reserved_seats: int = _var(
+        "TURNSTREAM_RESERVED_SEATS",
+        4,
+        "Seats of the engine's batch that turns below TURNSTREAM_RESERVED_SEATS_PRIORITY may "
+        "not take (at most a quarter of them): a higher tier's turn starts at the engine's next "
+        "step even when free-tier turns fill the rest.",
+    )
+    reserved_seats_priority: int = _var(
+        "TURNSTREAM_RESERVED_SEATS_PRIORITY",
+        10,
+        "The lowest priority that may take the reserved seats (the plus tier's by default).",
+    )
     max_queued_per_conversation: int = _var(
         "TURNSTREAM_MAX_QUEUED_PER_CONVERSATION",
         8,

@@ -12,7 +12,7 @@ from runtime.state_board import StateBoard
 from schemas.ids import now_ms
 from schemas.topics import TTS_SEGMENTS, WORKERS_METRICS, pool_topic
 from workers.inference.engines.engine import Engine, options_tag
-from workers.inference.engines.engine_profile import EngineProfile
+from workers.inference.engines.engine_profile import EngineProfile, batch_seats, turns_held
 from workers.inference.images.image_budget import ImageBudget
 from workers.inference.images.image_cache import ImageCache
 from workers.inference.images.pixels import PixelLoader
@@ -69,7 +69,7 @@ def _transformers_engine(settings: Settings, path: str) -> Engine:
             block_size=settings.hf_block_size,
             max_batch_tokens=settings.hf_max_batch_tokens,
             max_model_len=settings.max_model_len,
-            max_num_seqs=settings.max_inflight_turns,
+            max_num_seqs=batch_seats(settings),
         )
     )
 
@@ -95,6 +95,7 @@ def output_gate_config(settings: Settings, policy: str | None = None) -> GateCon
 async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[RunningWorker]:
     """Start the worker's tasks; on exit drain in-flight turns and close every client."""
     clients = WorkerClients.build(settings, CONSUMER_GROUP, pool_topic(settings.pool))
+    seats = batch_seats(settings)
     service = InferenceService(
         engine=engine,
         redis=clients.redis,
@@ -127,10 +128,14 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
             ),
             engine_options=options_tag(engine),
             prefix_cache_per_tenant=settings.prefix_cache_per_tenant,
+            seats=seats,
+            reserved_seats=min(settings.reserved_seats, seats // 4),
+            reserved_priority=settings.reserved_seats_priority,
         ),
         clock_ms=now_ms,
     )
-    loop = clients.consume_loop(service.handle, service.fail_turn, settings.max_inflight_turns)
+    # fetched past the batch: the waiting turns are seated by tier here, not kept in Kafka
+    loop = clients.consume_loop(service.handle, service.fail_turn, turns_held(settings))
     background = {"cancels": service.listen_for_cancels()}
     if settings.metrics_interval_ms > 0:
         metrics = MetricsPublisher(
@@ -156,7 +161,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
                 topic=clients.input_topic,
                 worker_id=clients.worker_id,
                 pool=settings.pool,
-                capacity=settings.max_inflight_turns,
+                capacity=seats,
                 clock_ms=now_ms,
             ),
             interval_s=settings.worker_state_interval_ms / 1000,

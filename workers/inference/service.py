@@ -64,6 +64,7 @@ from workers.inference.metrics import observe_completed
 from workers.inference.output_guard import OutputGuard, SafetyStop
 from workers.inference.progress import TurnProgress
 from workers.inference.replay import replay
+from workers.inference.seats import UNLIMITED, EngineSeats
 from workers.inference.speech.feed import SpeechFeed
 from workers.inference.speech.segments import SegmenterConfig
 from workers.inference.tool_stream import TEXT, CallSplitter
@@ -90,6 +91,12 @@ class ServiceConfig:
     segments: SegmenterConfig = field(default_factory=SegmenterConfig)
     engine_options: str = ""  # the engine's options tag, recorded in every turn.completed
     prefix_cache_per_tenant: bool = True  # a tenant's prompts reuse only its own cached blocks
+    # the engine's batch seats, by tier (`seats.EngineSeats`): 0 seats, no limit here (the
+    # worker's fetch limit is the engine's); `reserved` of them only for priority
+    # `reserved_priority` and up
+    seats: int = 0
+    reserved_seats: int = 0
+    reserved_priority: int = 10
 
     def gate_for(self, tier: str) -> GateConfig | None:
         return self.tier_gates.get(tier, self.output_gate)
@@ -130,6 +137,11 @@ class InferenceService:
         # prompts served lately, as many as the engine's cache holds: the router's hint
         self.prefixes = PrefixMemory(max_tokens=getattr(engine, "cache_tokens", None))
         self._prefilling: dict[str, int] = {}  # turn -> prompt tokens (estimated) before output
+        self.seats = EngineSeats(
+            config.seats or UNLIMITED,
+            reserved=config.reserved_seats if config.seats else 0,
+            reserved_priority=config.reserved_priority,
+        )
 
     @property
     def prefilling_tokens(self) -> int:
@@ -493,17 +505,19 @@ class InferenceService:
             owner = f"{turn.tenant_id}/{turn.user_id}"
             pixels = await self.pixels.load(request.images, owner)
             request = dataclasses.replace(request, pixels=pixels)
-        grant = await self.image_budget.acquire(len(request.images))
-        if ticket is not None:
-            ticket.started()  # leaves the worker's queue: the engine has it now
-        prompt_tokens = estimated_tokens(request.messages)
-        self.prefixes.remember(message_chain(request.messages, request.cache_salt), prompt_tokens)
-        self._prefilling[request.request_id] = prompt_tokens
-        try:
-            await self._stream(request, progress, channel, grant, guard, speech=speech)
-        finally:
-            grant.release()
-            self._prefilling.pop(request.request_id, None)
+        async with self.seats.seat(request.priority):  # a seat of the batch, by tier
+            grant = await self.image_budget.acquire(len(request.images))
+            if ticket is not None:
+                ticket.started()  # leaves the worker's queue: the engine has it now
+            prompt_tokens = estimated_tokens(request.messages)
+            chain = message_chain(request.messages, request.cache_salt)
+            self.prefixes.remember(chain, prompt_tokens)
+            self._prefilling[request.request_id] = prompt_tokens
+            try:
+                await self._stream(request, progress, channel, grant, guard, speech=speech)
+            finally:
+                grant.release()
+                self._prefilling.pop(request.request_id, None)
         if guard is not None:  # the last window is judged before the answer ends
             await guard.finish()
             await guard.wait_settled()

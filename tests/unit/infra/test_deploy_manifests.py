@@ -44,6 +44,7 @@ from runtime.settings import DEV_TENANT_REGISTRY, Settings
 from schemas.channels import RedisNames
 from schemas.errors import SettingsError
 from schemas.topics import REGISTRY, all_topics
+from workers.inference.engines.engine_profile import turns_held
 from workers.safety.app import MAX_INFLIGHT as SAFETY_INFLIGHT
 
 REPO = Path(__file__).resolve().parents[3]
@@ -642,7 +643,7 @@ def hpa_targets(docs: list[Doc]) -> set[str]:
 def inflight_cap(module: str, settings: Settings) -> int | None:
     """Turns one replica holds at once (uncommitted, so counted in its lag)."""
     return {
-        "workers.inference": settings.max_inflight_turns,
+        "workers.inference": turns_held(settings),
         "workers.preprocess": settings.max_preprocess_inflight,
         "workers.tts": 8 * settings.tts_concurrency,
         "workers.safety": SAFETY_INFLIGHT,

@@ -70,6 +70,17 @@ QUANTIZATION: dict[str, tuple[str, ...]] = {
 }
 
 
+def batch_seats(settings: Settings) -> int:
+    """The engine's batch, the seats the worker hands out by tier (`max_num_seqs` 0: one per
+    turn it generates at once, TURNSTREAM_MAX_INFLIGHT_TURNS)."""
+    return settings.max_num_seqs or settings.max_inflight_turns
+
+
+def turns_held(settings: Settings) -> int:
+    """Turns one worker holds at once: its seats, and those fetched to wait for one."""
+    return batch_seats(settings) + settings.waiting_turns
+
+
 @dataclass(frozen=True, slots=True)
 class EngineProfile:
     """What the engine is built with. `max_num_batched_tokens` 0: the engine's default.
@@ -140,8 +151,7 @@ class EngineProfile:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EngineProfile:
-        """The profile a worker's `Settings` ask for (`max_num_seqs` 0: one sequence per
-        turn the worker takes in, TURNSTREAM_MAX_INFLIGHT_TURNS)."""
+        """The profile a worker's `Settings` ask for (`max_num_seqs`: `batch_seats`)."""
         return cls(
             speculative=settings.speculative,
             speculative_tokens=settings.speculative_tokens,
@@ -150,7 +160,7 @@ class EngineProfile:
             draft_model_path=settings.draft_model_path,
             quantization=settings.quantization,
             tensor_parallel_size=settings.tensor_parallel_size,
-            max_num_seqs=settings.max_num_seqs or settings.max_inflight_turns,
+            max_num_seqs=batch_seats(settings),
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_model_len=settings.max_model_len,
             dtype=settings.dtype,
