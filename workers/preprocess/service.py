@@ -86,7 +86,6 @@ class PreprocessService:
         config: PreprocessConfig,
         clock_ms: Callable[[], float],
         gate: InputGate | None = None,
-        text_language: Callable[[str], str] = detect_text_language,
     ) -> None:
         self.redis = redis
         self.producer = producer
@@ -99,7 +98,6 @@ class PreprocessService:
         self.config = config
         self.clock_ms = clock_ms
         self.gate = gate  # None: turns are not screened
-        self.text_language = text_language  # the typed text's, for the trace
         self._conversations = KeyedLocks()
 
     async def handle(self, event: AnyEvent) -> None:
@@ -145,7 +143,7 @@ class PreprocessService:
             # the wall clock as it leaves: the trace's preprocessing hop ends here
             enriched = msgspec.structs.replace(
                 enriched,
-                text_language=self.text_language(turn.text) if turn.text else "",
+                text_language=detect_text_language(turn.text) if turn.text else "",
                 enriched_at_ms=now_ms(),
             )
             await retry_transient(
