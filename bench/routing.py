@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import json
@@ -36,7 +35,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import uvloop
@@ -45,24 +43,19 @@ from bench.namespace import drop_namespace
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from harness.kafka import records_so_far
-from harness.stack import running_assembly
-from runtime.kafka_topics import ensure_topics
-from runtime.redis import redis_client
+from harness.routed import RoutedPipeline, routed_pipeline
 from runtime.settings import Settings
-from schemas.channels import RedisNames
 from schemas.codec import decode
 from schemas.events import TurnCompleted
-from schemas.topics import POOL_PARTITIONS, TURNS_COMPLETED
-from schemas.worker_state import decode_state
-from workers.inference.app import RunningWorker, run_worker
+from schemas.topics import TURNS_COMPLETED
+from workers.inference.engines.engine import Engine
 from workers.inference.engines.fake_engine import FakeEngine
-from workers.preprocess.app import run_preprocessor
-from ws_edge.auth import mint_token
 from ws_edge.client import EdgeClient, TurnRejected
 from ws_edge.messages import ResponseDelta, ResponseDone
-from ws_edge.server import EdgeServer
 
 STRATEGIES = ("router", "round_robin", "random", "key_hash")
+# on real engines: the router on the engines' KV events, on its approximate index, key hashing
+VLLM_STRATEGIES = ("router", "router_approx", "key_hash")
 POOL = "chat"
 TENANT = "bench"  # enterprise in the dev tenant registry: rate limits far above this load
 
@@ -127,63 +120,6 @@ def workload(args: argparse.Namespace) -> list[list[Session]]:
 
 def think(rng: random.Random, args: argparse.Namespace) -> float:
     return rng.uniform(args.think_s[0], args.think_s[1])
-
-
-# ---- the pipeline with several inference workers ---------------------------------------------
-@dataclass
-class RoutedPipeline:
-    settings: Settings
-    edge: EdgeServer
-    workers: list[RunningWorker]
-    engines: list[FakeEngine]
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.edge.port}/"
-
-    def token(self, user: str = "bench") -> str:
-        return mint_token(self.settings.auth_secret, user, TENANT)
-
-
-@contextlib.asynccontextmanager
-async def routed_pipeline(
-    settings: Settings, engines: list[FakeEngine]
-) -> AsyncIterator[RoutedPipeline]:
-    """`harness.stack.pipeline` with one inference worker per engine (worker ids w0,
-    w1, ...), without the safety worker; the assembly job picks with the settings'
-    `routing_strategy`. Yields once every worker is on the state board owning partitions."""
-    await ensure_topics(settings.kafka_bootstrap, settings.namespace)
-    async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(running_assembly(settings))
-        workers = []
-        for i, engine in enumerate(engines):
-            own = dataclasses.replace(settings, worker_id=f"w{i}")
-            workers.append(await stack.enter_async_context(run_worker(own, engine)))
-        await stack.enter_async_context(run_preprocessor(settings))
-        edge = EdgeServer(settings)
-        await edge.start()
-        stack.push_async_callback(edge.stop)
-        assert await edge.publisher.wait_connected(30), "edge could not reach Kafka"
-        await wait_for_board(settings, len(engines))
-        yield RoutedPipeline(settings, edge, workers, engines)
-
-
-async def wait_for_board(settings: Settings, workers: int, timeout_s: float = 90) -> None:
-    """Until each worker's state shows partitions and together they own the whole topic
-    (the consumer group has settled)."""
-    redis = redis_client(settings.redis_url)
-    key = RedisNames.for_namespace(settings.namespace).worker_states_key(POOL)
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                states = [decode_state(v) for v in (await redis.hgetall(key)).values()]
-                owned = sorted(p for s in states for p in s.partitions)
-                settled = owned == list(range(POOL_PARTITIONS))
-                if len(states) == workers and settled and all(s.partitions for s in states):
-                    return
-                await asyncio.sleep(0.25)
-    finally:
-        await redis.aclose()
 
 
 # ---- driving it ------------------------------------------------------------------------------
@@ -260,22 +196,32 @@ async def warm_up(running: RoutedPipeline) -> None:
             await client.ask(f"warm-{i}", "hello there", max_tokens=4)
 
 
-async def run_strategy(strategy: str, args: argparse.Namespace) -> Run:
-    settings = Settings.from_env(
-        namespace=f"bench-routing-{strategy.replace('_', '-')}-{uuid.uuid4().hex[:6]}",
-        edge_port=0,
-        pools=POOL,
-        routing_strategy=strategy,
-        safety_output_policy="off",  # not what is measured: keep the CPUs for the pipeline
-        safety_screening=False,
-        router_classifier=False,  # the semantic router's rules only (one pool here anyway)
-        cache_enabled=False,  # every turn reaches an engine
-        max_turn_chars=16_000,  # the pasted documents
-        max_model_len=32_768,  # the whole conversation stays in the prompt
-        max_inflight_turns=args.capacity,
-        log_level="WARNING",
-    )
-    engines = [
+def strategy_settings(strategy: str) -> tuple[str, bool]:
+    """(the picker's strategy, whether workers follow their engine's KV events):
+    `router_approx` is the router on its approximate prefix index alone."""
+    if strategy == "router_approx":
+        return "router", False
+    return strategy, True
+
+
+def build_engines(args: argparse.Namespace, kv_events: bool) -> list[Engine]:
+    if args.engine == "vllm":
+        from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
+
+        return [
+            VllmEngine(
+                VllmOptions(
+                    model_path=str(args.model_path),
+                    model_name="smollm2-135m",
+                    kv_cache_bytes=int(args.kv_mb * 1024 * 1024),
+                    max_model_len=args.model_len,
+                    max_num_seqs=args.max_num_seqs,
+                    kv_events=kv_events,
+                )
+            )
+            for _ in range(args.workers)
+        ]
+    return [
         FakeEngine(
             token_interval_s=args.token_ms / 1000,
             kv_capacity_tokens=args.kv_tokens,
@@ -285,11 +231,34 @@ async def run_strategy(strategy: str, args: argparse.Namespace) -> Run:
         )
         for _ in range(args.workers)
     ]
+
+
+async def run_strategy(strategy: str, args: argparse.Namespace) -> Run:
+    picker, kv_events = strategy_settings(strategy)
+    settings = Settings.from_env(
+        namespace=f"bench-routing-{strategy.replace('_', '-')}-{uuid.uuid4().hex[:6]}",
+        edge_port=0,
+        pools=POOL,
+        routing_strategy=picker,
+        safety_output_policy="off",  # not what is measured: keep the CPUs for the pipeline
+        safety_screening=False,
+        router_classifier=False,  # the semantic router's rules only (one pool here anyway)
+        cache_enabled=False,  # every turn reaches an engine
+        max_turn_chars=16_000,  # the pasted documents
+        max_model_len=args.model_len if args.engine == "vllm" else 32_768,
+        max_inflight_turns=args.capacity,
+        max_num_seqs=args.max_num_seqs if args.engine == "vllm" else 0,
+        model_path=str(args.model_path) if args.engine == "vllm" else "",
+        kv_events=kv_events,
+        log_level="WARNING",
+    )
+    progress(f"{strategy}: starting {args.workers} {args.engine} engines")
+    engines = build_engines(args, kv_events)
     run = Run(strategy)
     plan = workload(args)
     started = time.perf_counter()
     try:
-        async with routed_pipeline(settings, engines) as running:
+        async with routed_pipeline(settings, engines, tenant=TENANT) as running:
             await warm_up(running)
             progress(f"{strategy}: pipeline up in {time.perf_counter() - started:.0f} s")
             before = [e.snapshot() for e in engines]
@@ -299,6 +268,8 @@ async def run_strategy(strategy: str, args: argparse.Namespace) -> Run:
             run.hits = sum(g.prefix_cache_hits for g in grown)
         await read_routes(settings, run)
     finally:
+        for engine in engines:
+            await engine.close()
         await drop_namespace(settings)
     progress(f"{strategy}: {len(run.turns)} turns in {run.wall_s:.1f} s")
     return run
@@ -318,6 +289,7 @@ async def read_routes(settings: Settings, run: Run) -> None:
                 "worker": route.worker_id,
                 "reason": route.pick_reason,
                 "prefix_chars": route.prefix_chars,
+                "prefix_tokens": route.prefix_tokens,
             }
 
 
@@ -337,6 +309,9 @@ def summary(run: Run) -> dict:
         "follow_up_p99_ms": percentile([t.ttft_ms for t in follow], 99),
         "turns_per_s": len(ok) / run.wall_s if run.wall_s else 0.0,
         "hit_ratio": run.hits / run.queries if run.queries else 0.0,
+        # from the engines' usage on each answer: the prompt tokens read from the cache
+        "cached_ratio": sum(t.cached_tokens for t in ok) / max(1, sum(t.prompt_tokens for t in ok)),
+        "prefill_tokens": sum(t.prompt_tokens - t.cached_tokens for t in ok),
         "follow_up_misses": len(missed),
         "follow_ups": len(follow),
         **routing_facts(run),
@@ -355,6 +330,7 @@ def per_turn(run: Run, t: TurnResult) -> dict:
         "picked": route.get("worker", ""),
         "reason": route.get("reason", ""),
         "prefix_chars": route.get("prefix_chars", 0),
+        "prefix_tokens": route.get("prefix_tokens", 0),
     }
 
 
@@ -378,7 +354,7 @@ def routing_facts(run: Run) -> dict:
         for turn_id, route in routes.items()
         if route["worker"] and run.served_by.get(turn_id, route["worker"]) != route["worker"]
     )
-    reasons = Counter(r["reason"].split(",")[0].split(" ")[0] for r in routes.values())
+    reasons = Counter(reason_kind(r["reason"]) for r in routes.values())
     share = Counter(w for turn_id, w in run.served_by.items() if turn_id in measured)
     return {
         "peak_live_conversations": peak_live(run),
@@ -387,6 +363,16 @@ def routing_facts(run: Run) -> dict:
         "pick_reasons": dict(reasons),
         "served_per_worker": dict(sorted(share.items())),
     }
+
+
+def reason_kind(reason: str) -> str:
+    """A pick reason's kind: a prefix held by the engine (KV events), served lately (the
+    approximate index), a new prefix placed by working set, or load alone."""
+    if "KV events" in reason:
+        return "held"
+    if "chars served" in reason or reason.startswith("prefix"):
+        return "served"
+    return reason.split(",", maxsplit=1)[0].split(":", maxsplit=1)[0].split(" ", maxsplit=1)[0]
 
 
 def peak_live(run: Run) -> dict[str, int]:
@@ -417,10 +403,11 @@ def peak_live(run: Run) -> dict[str, int]:
 
 def print_table(rows: list[dict]) -> None:
     router = next((r for r in rows if r["strategy"] == "router"), None)
+    router = router or next((r for r in rows if r["strategy"] == "router_approx"), None)
     print(
         f"\n{'strategy':>12} {'turns':>5} {'err':>4} {'TTFT p50':>9} {'p99':>8} "
         f"{'p99/router':>10} {'follow p99':>10} {'turns/s':>8} {'hit ratio':>9} "
-        f"{'f-up miss':>9} {'sticky':>6}"
+        f"{'f-up miss':>9} {'sticky':>6} {'cached':>6} {'prefilled':>9}"
     )
     for r in rows:
         ratio = r["ttft_p99_ms"] / router["ttft_p99_ms"] if router else float("nan")
@@ -429,7 +416,8 @@ def print_table(rows: list[dict]) -> None:
             f"{r['strategy']:>12} {r['turns']:>5} {r['errors']:>4} {r['ttft_p50_ms']:>7.0f}ms "
             f"{r['ttft_p99_ms']:>6.0f}ms {ratio:>10.2f} {r['follow_up_p99_ms']:>8.0f}ms "
             f"{r['turns_per_s']:>8.2f} {r['hit_ratio']:>9.2f} "
-            f"{r['follow_up_misses']:>4}/{r['follow_ups']:<4} {r['sticky']:>6.2f}"
+            f"{r['follow_up_misses']:>4}/{r['follow_ups']:<4} {r['sticky']:>6.2f} "
+            f"{r['cached_ratio']:>6.0%} {r['prefill_tokens']:>9}"
         )
     print(
         "\nplacement: turns served per worker; most live conversations per worker at once; "
@@ -465,13 +453,19 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
     right.set_xticks(list(xs), names)
     right.set_ylabel("TTFT (ms)")
     right.legend()
+    engine = (
+        f"real vLLM (SmolLM2-135M, CPU), KV {args.kv_mb:g} MiB each"
+        if args.engine == "vllm"
+        else f"fake engines: prefill {args.prefill_ms:g} ms/token, cache {args.cache_tokens} tokens"
+    )
     fig.suptitle(
         f"{args.workers} workers, {args.conversations} conversations x {args.turns} turns "
-        f"+ {args.one_shots} one-shots, {args.clients} clients; prefill {args.prefill_ms:g} "
-        f"ms/token, cache {args.cache_tokens} tokens, {args.max_num_seqs} seqs"
+        f"+ {args.one_shots} one-shots, {args.clients} clients; {engine}, "
+        f"{args.max_num_seqs} seqs",
+        fontsize=9,
     )
     fig.tight_layout()
-    save_figure(fig, "routing")
+    save_figure(fig, "routing" if args.engine == "fake" else "routing_vllm")
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -482,9 +476,11 @@ async def main_async(args: argparse.Namespace) -> None:
         rows.append(summary(await run_strategy(strategy, args)))
     print_table(rows)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "routing.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    name = "routing" if args.engine == "fake" else "routing_vllm"
+    record = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
+    (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=1))
     plot(rows, args)
-    print("\nwrote bench/results/routing.json and bench/figures/routing.png")
+    print(f"\nwrote bench/results/{name}.json and bench/figures/{name}.png")
     print(f"total {time.perf_counter() - started:.0f} s")
 
 
@@ -502,7 +498,15 @@ def main() -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--strategies", type=lambda s: s.split(","), default=list(STRATEGIES))
+    parser.add_argument("--strategies", type=lambda s: s.split(","), default=None)
+    parser.add_argument(
+        "--engine",
+        choices=("fake", "vllm"),
+        default="fake",
+        help="vllm: real vLLM engines on the bundled SmolLM2 (CPU), KV events followed",
+    )
+    parser.add_argument("--kv-mb", type=float, default=160, help="vllm: KV cache per engine")
+    parser.add_argument("--model-len", type=int, default=3072, help="vllm: max_model_len")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--conversations", type=int, default=16)
@@ -519,7 +523,16 @@ def main() -> None:
     parser.add_argument("--kv-tokens", type=int, default=32_768)
     parser.add_argument("--capacity", type=int, default=16, help="turns a worker holds")
     parser.add_argument("--seed", type=int, default=7)
-    uvloop.run(main_async(parser.parse_args()))
+    args = parser.parse_args()
+    if args.strategies is None:
+        args.strategies = list(VLLM_STRATEGIES if args.engine == "vllm" else STRATEGIES)
+    if args.engine == "vllm":
+        from runtime.smollm2 import default_model_dir
+
+        args.model_path = default_model_dir(Settings.from_env())
+    else:
+        args.model_path = ""
+    uvloop.run(main_async(args))
 
 
 if __name__ == "__main__":

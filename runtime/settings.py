@@ -291,6 +291,18 @@ class Settings:
         "How often an inference worker writes its state (load, partitions, prefix summary) "
         "to Redis for the router (0: never; the router then falls back to key hashing).",
     )
+    kv_events: bool = _var(
+        "TURNSTREAM_KV_EVENTS",
+        True,
+        "A vLLM worker follows its engine's KV cache from vLLM's KV events (blocks stored and "
+        "evicted) and mirrors the blocks to Redis, so the router scores workers by the "
+        "blocks of each prompt they hold; false: the router's approximate prefix index only.",
+    )
+    kv_events_flush_ms: float = _var(
+        "TURNSTREAM_KV_EVENTS_FLUSH_MS",
+        100.0,
+        "How often a worker writes its engine's KV-cache changes to Redis (coalesced).",
+    )
     worker_state_ttl_ms: float = _var(
         "TURNSTREAM_WORKER_STATE_TTL_MS",
         2000.0,

@@ -121,6 +121,11 @@ class RedisNames:
         """What the assistant knows about a user (plain text, set by the product)."""
         return f"{self.prefix}:profile:{tenant_id}:{user_id}"
 
+    def kv_blocks_key(self, pool: str, worker_id: str) -> str:
+        """Set of the block hashes (decimal, as `runtime.kv_blocks.block_hashes`) an
+        inference worker's engine holds in its KV cache, from its KV events."""
+        return f"{self.prefix}:pool:{pool}:kv:{worker_id}"
+
     def worker_states_key(self, pool: str) -> str:
         """Hash of a pool's inference workers' latest states (field: worker id), which the
         router reads to pick a worker."""

@@ -365,7 +365,9 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where a turn was sent and why (goes into the trace): the semantic router's pool,
     intent and reason, whether retrieval ran, then the worker picked in that pool (by
     `strategy`; empty `worker_id` and partition -1: Kafka's key hashing), the prompt
-    characters that worker served recently (its prefix cache, approximately) and its score."""
+    characters that worker served recently (its prefix cache, approximately), the prompt
+    tokens its engine's KV cache held (exactly, from its KV events; 0 when not followed)
+    and its score."""
 
     pool: str
     intent: str = ""
@@ -379,6 +381,7 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     score: float = 0.0
     cache_hit: bool = False  # the semantic cache answered (no engine)
     cache_similarity: float = 0.0
+    prefix_tokens: int = 0
 
 
 class TurnAssembled(Event, frozen=True, tag="turn.assembled"):

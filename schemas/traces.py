@@ -54,6 +54,7 @@ class TraceRow:
     routing_strategy: str
     routed_worker: str
     prefix_chars: int
+    prefix_tokens: int  # of the prompt the routed worker's engine held, from KV events (0022)
     tier: str
     degraded: int
     cache_hit: int
@@ -195,6 +196,7 @@ def build_trace(
         routing_strategy=route.strategy if route else "",
         routed_worker=route.worker_id if route else "",
         prefix_chars=route.prefix_chars if route else 0,
+        prefix_tokens=route.prefix_tokens if route else 0,
         tier=submitted.tier,
         degraded=int(submitted.degraded),
         cache_hit=int(route.cache_hit) if route else 0,

@@ -13,6 +13,18 @@ from __future__ import annotations
 import msgspec
 
 
+class KvBlocks(msgspec.Struct, frozen=True):
+    """The worker follows its engine's KV cache block by block (its KV events, mirrored to
+    the Redis set `RedisNames.kv_blocks_key`): how the engine names its blocks
+    (`runtime.kv_blocks`) and how many it holds. Present only while the events flow and
+    the engine's hashes were checked to match ours; otherwise the router falls back to
+    `prefixes`."""
+
+    block_size: int
+    hash_seed: str
+    blocks: int = 0
+
+
 class WorkerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     worker_id: str
     pool: str
@@ -26,6 +38,7 @@ class WorkerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     kv_cache_usage: float = 0.0  # 0..1
     prefilling_tokens: int = 0  # prompt tokens being prefilled now (a large prefill stalls)
     prefixes: list[int] = []  # chain ends of recently served prompts (schemas.prefix)
+    kv_blocks: KvBlocks | None = None  # the engine's cache, exactly (None: not followed)
 
 
 _encoder = msgspec.json.Encoder()

@@ -18,7 +18,7 @@ from stream_jobs.assembly.routing.semantic_router import (
     SemanticRouter,
     minilm_embedder,
 )
-from stream_jobs.assembly.tokens import token_counter
+from stream_jobs.assembly.tokens import chat_tokenizer, token_counter
 from stream_jobs.faust_app import run_worker
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -66,10 +66,12 @@ def main() -> None:
                 max_query_chars=settings.cache_max_query_chars,
             ),
         )
+    counter = token_counter(tokenizer)
     AssemblyJob(
         app,
         settings,
-        count_tokens=token_counter(tokenizer),
+        count_tokens=counter,
+        chat_tokenizer=chat_tokenizer(counter),
         retriever=retriever,
         intents=semantic_router(settings, embed),
         answers=answers,

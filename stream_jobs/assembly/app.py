@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import faust
 import msgspec
@@ -68,6 +69,7 @@ from stream_jobs.assembly.prompt import (
 )
 from stream_jobs.assembly.retrieval import Retriever
 from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.routing.kv_lookup import KvLookup
 from stream_jobs.assembly.routing.route import IMAGE_POOL, Intent, IntentRouter, Routing
 from stream_jobs.assembly.routing.worker_board import WorkerBoard
 from stream_jobs.assembly.state import (
@@ -138,7 +140,11 @@ class AssemblyJob:
         retriever: Retriever | None,
         intents: IntentRouter | None = None,
         answers: AnswerCache | None = None,
+        chat_tokenizer: Any | None = None,
     ) -> None:
+        """`chat_tokenizer`: the served model's tokenizer with its chat template; with it the
+        router asks the workers that follow their engine's KV cache which blocks of each
+        prompt they hold (`routing.kv_lookup`)."""
         ns = settings.namespace
         self.app = app
         self.config = AssemblyConfig.from_settings(settings)
@@ -152,15 +158,18 @@ class AssemblyJob:
         pools = settings.pool_names
         self.pool_topics = {pool: app.topic(pool_topic(pool).full_name(ns)) for pool in pools}
         self.images = app.topic(IMAGES_REQUESTED.full_name(ns))  # picture requests
-        board = None
+        board = kv_lookup = None
         if settings.worker_state_interval_ms > 0:
             board = WorkerBoard(lambda: self.redis, self.names, clock_ms=now_ms)
+            if chat_tokenizer is not None:
+                kv_lookup = KvLookup(lambda: self.redis, self.names, chat_tokenizer)
         self.routing = Routing(
             pools=pools,
             intents=intents,
             board=board,
             picker=EndpointPicker(settings.routing_strategy, ttl_ms=settings.worker_state_ttl_ms),
             clock_ms=now_ms,
+            kv_lookup=kv_lookup,
         )
         self.deadletters = app.topic(DEAD_LETTERS.full_name(ns))
         # bytes → raw changelog serializers (faust's json default cannot read our rows back)

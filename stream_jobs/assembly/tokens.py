@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 log = logging.getLogger("turnstream.assembly")
 
@@ -19,15 +19,22 @@ class TokenizerCounter:
     def __init__(self, path: str | Path) -> None:
         from transformers import AutoTokenizer
 
-        self._tokenizer = AutoTokenizer.from_pretrained(str(path))
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
 
     def __call__(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=False))
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
 
 
 def approximate_tokens(text: str) -> int:
     """About 4 bytes of UTF-8 per token (BPE on English; errs long on CJK, i.e. safe)."""
     return len(text.encode()) // 4 + 1
+
+
+def chat_tokenizer(counter: TokenCounter) -> Any | None:
+    """The model's tokenizer when it has a chat template (the router renders prompts with
+    it to hash their KV blocks), else None."""
+    tokenizer = getattr(counter, "tokenizer", None)
+    return tokenizer if getattr(tokenizer, "chat_template", None) else None
 
 
 def token_counter(path: str | Path | None) -> TokenCounter:

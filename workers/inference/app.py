@@ -16,6 +16,7 @@ from workers.inference.engines.engine_profile import EngineProfile, batch_seats,
 from workers.inference.images.image_budget import ImageBudget
 from workers.inference.images.image_cache import ImageCache
 from workers.inference.images.pixels import PixelLoader
+from workers.inference.kv_mirror import KvMirror, kv_event_source
 from workers.inference.metrics import MetricsPublisher
 from workers.inference.service import InferenceService, ServiceConfig
 from workers.inference.speech.segments import SegmenterConfig
@@ -47,6 +48,7 @@ def build_engine(settings: Settings) -> Engine:
             model_name=settings.model_name,
             kv_cache_bytes=settings.kv_cache_bytes,
             max_images_per_prompt=settings.max_images_per_turn,
+            kv_events=settings.kv_events,
             profile=EngineProfile.from_settings(settings),  # dtype and limits too
         )
     )
@@ -149,6 +151,17 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
             clock_ms=now_ms,
         )
         background["metrics"] = metrics.run()
+    mirror = None
+    source = kv_event_source(engine)
+    if source is not None and settings.worker_state_interval_ms > 0:
+        mirror = KvMirror(
+            source=source,
+            redis=clients.redis,
+            key=clients.names.kv_blocks_key(settings.pool, clients.worker_id),
+            flush_s=settings.kv_events_flush_ms / 1000,
+            ttl_s=settings.worker_state_ttl_ms / 1000,
+        )
+        background["kv_mirror"] = mirror.run()
     if settings.worker_state_interval_ms > 0:
         board = StateBoard(
             redis=clients.redis,
@@ -163,6 +176,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
                 pool=settings.pool,
                 capacity=seats,
                 clock_ms=now_ms,
+                kv_mirror=mirror,
             ),
             interval_s=settings.worker_state_interval_ms / 1000,
             ttl_s=settings.worker_state_ttl_ms / 1000,

@@ -12,15 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from runtime.chat_template import encode_chat
 from schemas.events import Message
 from workers.inference.prompt import fit_messages
-
-
-def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
-    """Token ids of `messages` through the tokenizer's chat template, ready for the answer."""
-    chat = [{"role": str(m.role), "content": m.content} for m in messages]
-    encoded = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-    return list(encoded["input_ids"] if not isinstance(encoded, list) else encoded)
 
 
 def answer_budget(max_model_len: int, max_tokens: int) -> int:

@@ -1,12 +1,15 @@
 """Picking the inference worker of a pool for one turn, from the workers' published states
 (pure: states, the prompt's prefix chain and the clock come in; a `Pick` goes out).
 
-`router` (the default) scores each fresh worker: the prefill it would save (the prompt's
-longest prefix the worker served recently, `schemas.prefix`), minus its load (turns held
-against its capacity, the engine's queue, KV cache in use, a large prefill in progress).
-A saturated worker gets no credit for its prefix: a cache hit behind a long queue is slower
-than a miss on an idle worker. Turns sent since a worker's last state are counted as its
-load too, so a burst between two state updates does not all land on one worker.
+`router` (the default) scores each fresh worker: the prefill it would save, minus its
+load (turns held against its capacity, the engine's queue, KV cache in use, a large prefill
+in progress). A saturated worker gets no credit for its prefix: a cache hit behind a long
+queue is slower than a miss on an idle worker. The prefill saved is exact for a worker
+that follows its engine's KV events (`held`: the prompt's leading blocks its engine holds
+now, from `kv_lookup`), else approximate (the prompt's longest prefix the worker served
+recently, `schemas.prefix`, which the engine may have evicted since). Turns sent since a
+worker's last state are counted as its load too, so a burst between two state updates
+does not all land on one worker.
 A prompt no worker holds a useful prefix of (a new conversation) goes to the worker with the
 smallest working set (the prompts of the conversations sent to it lately, which its cache
 must keep for their next turns), then the least loaded, then at random: placing by
@@ -21,9 +24,10 @@ a partition that changed hands meanwhile is still served, by its new owner.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -60,9 +64,32 @@ class Pick:
     reason: str
     prefix_chars: int = 0  # of the prompt the chosen worker served recently
     score: float = 0.0
+    prefix_tokens: int = 0  # of the prompt the chosen worker's engine holds (KV events)
 
 
 CHARS_PER_TOKEN = 4.0  # a rough English average: only the size of the saved prefill matters
+
+
+@dataclass(frozen=True, slots=True)
+class _Scored:
+    score: float
+    load: float
+    state: WorkerState
+    chars: int  # approximate match (served prefixes)
+    exact: int | None  # tokens its engine holds, when followed
+    tokens: float  # the match scored: exact when known
+    saturated: bool
+
+    def pick(self, strategy: str, reason: str) -> Pick:
+        return Pick(
+            self.state.worker_id,
+            None,
+            strategy,
+            reason,
+            self.chars,
+            round(self.score, 4),
+            self.exact or 0,
+        )
 
 
 class EndpointPicker:
@@ -91,7 +118,10 @@ class EndpointPicker:
         chain: Sequence[int] = (),
         lengths: Sequence[int] = (),
         now_ms: float,
+        held: Mapping[str, int] | None = None,
     ) -> Pick:
+        """`held`: worker id -> prompt tokens its engine's KV cache holds, for the workers
+        whose engine's cache is followed (the others are scored on `chain`)."""
         usable = sorted(fresh(list(states), now_ms, self.ttl_ms), key=lambda s: s.worker_id)
         if self.strategy == Strategy.KEY_HASH or not usable:
             why = "key hash" if usable else "no fresh worker state: key hash"
@@ -104,13 +134,11 @@ class EndpointPicker:
             chosen = self.rng.choice(usable)
             pick = Pick(chosen.worker_id, None, "random", "random")
         else:
-            chosen, pick = self._best(usable, chain, lengths, now_ms)
+            chosen, pick = self._best(usable, chain, lengths, now_ms, held or {})
         self._note_sent(chosen.worker_id, now_ms)
         self._note_placed(chosen.worker_id, key, lengths[-1] if lengths else 0, now_ms)
         partition = chosen.partitions[zlib.crc32(key) % len(chosen.partitions)]
-        return Pick(
-            pick.worker_id, partition, pick.strategy, pick.reason, pick.prefix_chars, pick.score
-        )
+        return dataclasses.replace(pick, partition=partition)
 
     def _best(
         self,
@@ -118,45 +146,52 @@ class EndpointPicker:
         chain: Sequence[int],
         lengths: Sequence[int],
         now_ms: float,
+        held: Mapping[str, int],
     ) -> tuple[WorkerState, Pick]:
         scored = []
         for state in usable:
-            matched = matched_chars(chain, lengths, state.prefixes) if chain else 0
-            score, load, saturated = self.score(state, self._pending(state), matched)
-            scored.append((score, load, state, matched, saturated))
-        useful = self.weights.min_prefix_tokens * CHARS_PER_TOKEN
-        open_ = [c for c in scored if not c[4]]
-        if open_ and all(c[3] < useful for c in scored):  # nobody holds it: spread the caches
-            sets = {c[2].worker_id: self._working_set(c[2].worker_id, now_ms) for c in open_}
-            score, load, chosen, matched, _ = min(
-                open_, key=lambda c: (sets[c[2].worker_id], round(c[1], 2), self.rng.random())
+            chars = matched_chars(chain, lengths, state.prefixes) if chain else 0
+            exact = held.get(state.worker_id)
+            tokens = float(exact) if exact is not None else chars / CHARS_PER_TOKEN
+            score, load, saturated = self.score(state, self._pending(state), tokens)
+            scored.append(_Scored(score, load, state, chars, exact, tokens, saturated))
+        open_ = [c for c in scored if not c.saturated]
+        if open_ and all(c.tokens < self.weights.min_prefix_tokens for c in scored):
+            # nobody holds it: spread the caches
+            sets = {c.state.worker_id: self._working_set(c.state.worker_id, now_ms) for c in open_}
+            best = min(
+                open_,
+                key=lambda c: (sets[c.state.worker_id], round(c.load, 2), self.rng.random()),
             )
-            reason = f"new prefix: smallest working set ({sets[chosen.worker_id]} chars)"
-            pick = Pick(chosen.worker_id, None, "router", reason, matched, round(score, 4))
-            return chosen, pick
+            reason = f"new prefix: smallest working set ({sets[best.state.worker_id]} chars)"
+            return best.state, best.pick("router", reason)
         # ties: the less loaded, then at random
-        score, load, chosen, matched, saturated = max(
-            scored, key=lambda c: (c[0], -c[1], self.rng.random())
-        )
-        if matched and not saturated:
-            reason = f"prefix {matched} chars cached, load {load:.2f}"
-        elif saturated:
-            reason = f"every choice saturated: least bad, load {load:.2f}"
+        best = max(scored, key=lambda c: (c.score, -c.load, self.rng.random()))
+        if best.tokens and not best.saturated:
+            held_what = (
+                f"{best.exact} tokens held (KV events)"
+                if best.exact is not None
+                else f"prefix {best.chars} chars served"
+            )
+            reason = f"{held_what}, load {best.load:.2f}"
+        elif best.saturated:
+            reason = f"every choice saturated: least bad, load {best.load:.2f}"
         else:
-            reason = f"least loaded, load {load:.2f}"
-        return chosen, Pick(chosen.worker_id, None, "router", reason, matched, round(score, 4))
+            reason = f"least loaded, load {best.load:.2f}"
+        return best.state, best.pick("router", reason)
 
     def score(
-        self, state: WorkerState, pending: int, matched_chars: int
+        self, state: WorkerState, pending: int, matched_tokens: float
     ) -> tuple[float, float, bool]:
-        """(score, load, saturated) of sending one more turn to `state`'s worker."""
+        """(score, load, saturated) of sending one more turn to `state`'s worker, whose
+        cache saves `matched_tokens` of the prompt's prefill."""
         w = self.weights
         capacity = max(1, state.capacity)
         held = state.in_flight + pending
         load = held / capacity
         queue = (state.waiting + state.queue_depth) / capacity
         saturated = state.kv_cache_usage >= w.saturated_kv or held >= capacity
-        saved = min(1.0, matched_chars / CHARS_PER_TOKEN / w.prefix_tokens)
+        saved = min(1.0, matched_tokens / w.prefix_tokens)
         prefix = 0.0 if saturated else w.prefix * saved
         prefill = w.prefill * min(1.0, state.prefilling_tokens / w.prefill_tokens)
         score = prefix - w.load * load - w.queue * queue - w.kv * state.kv_cache_usage - prefill

@@ -23,7 +23,8 @@ from typing import Protocol
 from schemas.events import Message, Route
 from schemas.prefix import message_chain, prefix_lengths
 from schemas.worker_state import WorkerState, fresh
-from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker
+from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker, Strategy
+from stream_jobs.assembly.routing.kv_lookup import KvLookup
 from stream_jobs.assembly.routing.semantic_router import RouteDecision as Intent
 from stream_jobs.assembly.routing.worker_board import WorkerBoard
 
@@ -52,12 +53,14 @@ class Routing:
         board: WorkerBoard | None,
         picker: EndpointPicker,
         clock_ms: Callable[[], float],
+        kv_lookup: KvLookup | None = None,
     ) -> None:
         self.pools = pools
         self.intents = intents
         self.board = board
         self.picker = picker
         self.clock_ms = clock_ms
+        self.kv_lookup = kv_lookup
 
     @property
     def default_pool(self) -> str:
@@ -113,7 +116,9 @@ class Routing:
     ) -> Route:
         """Pick the worker of the intent's pool for a prompt (an image request: any image
         worker, by Kafka's key hashing on `images.requested`). `salt`: the prompt's cache
-        scope (`schemas.prefix.cache_salt`), as its worker will remember it."""
+        scope (`schemas.prefix.cache_salt`), as its worker will remember it and its engine
+        salts its first block. Workers that follow their engine's KV cache are asked which of
+        the prompt's blocks they hold (`kv_lookup`)."""
         if intent.pool == IMAGE_POOL:
             return Route(
                 pool=IMAGE_POOL,
@@ -131,12 +136,17 @@ class Routing:
                 self.default_pool, intent.intent, intent.retrieval, reason, intent.score
             )
             states = await self.board.states(self.default_pool)
+        held = None
+        if self.kv_lookup is not None and self.picker.strategy == Strategy.ROUTER:
+            usable = fresh(states, self.clock_ms(), self.picker.ttl_ms)
+            held = await self.kv_lookup.held_tokens(intent.pool, usable, messages, salt)
         pick = self.picker.pick(
             states,
             key=key,
             chain=message_chain(messages, salt),
             lengths=prefix_lengths(messages),
             now_ms=self.clock_ms(),
+            held=held,
         )
         return Route(
             pool=intent.pool,
@@ -148,6 +158,7 @@ class Routing:
             partition=-1 if pick.partition is None else pick.partition,
             pick_reason=pick.reason,
             prefix_chars=pick.prefix_chars,
+            prefix_tokens=pick.prefix_tokens,
             score=pick.score,
         )
 

@@ -16,6 +16,11 @@ iteration stats after every engine step (custom loggers keep stats on even when 
 logging is off) and folds them into an `EngineMeter`, speculative decoding's acceptance
 counts included.
 
+KV events (`VllmOptions.kv_events`): the engine core publishes the blocks it stores and
+evicts on a ZMQ socket in a private directory, hashed with `sha256_cbor` so the router can
+recompute a prompt's blocks (`runtime.kv_blocks`); `kv_events` tells the worker where
+(`workers/inference/kv_mirror.py` follows them).
+
 Engine options (`engine_profile.EngineProfile`: speculative decoding, quantization,
 tensor parallelism, batch and length limits) are checked against the platform and the model
 before vLLM starts (a clear `SettingsError` instead of a stack trace from inside vLLM), mapped
@@ -29,17 +34,21 @@ import asyncio
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.kv_blocks import DEFAULT_SEED, HASH_ALGO
 from schemas.events import FinishReason, OutputFormat, ResponseFormat
 from workers.inference.chat_prompt import render_prompt
 from workers.inference.engines.engine import EngineError, GenerationDelta, GenerationRequest
 from workers.inference.engines.engine_profile import EngineProfile, Target
 from workers.inference.engines.engine_stats import EngineMeter, EngineSnapshot
 from workers.inference.images.placeholders import bind_images
+from workers.inference.kv_mirror import KvEventSource
 
 
 def structured_outputs(response_format: ResponseFormat | None) -> Any:
@@ -85,6 +94,7 @@ class VllmOptions:
     enforce_eager: bool = True  # compiled mode recompiles 45-60 s at every start on CPU
     seed: int = 0
     max_images_per_prompt: int = 4
+    kv_events: bool = False  # publish KV-cache events (the worker mirrors them for routing)
     # engine options; when set, its dtype, max_model_len and max_num_seqs win over the above
     profile: EngineProfile | None = None
 
@@ -244,7 +254,7 @@ class VllmEngine:
             raise EngineError(f"no model folder at {options.model_path}", code="model_missing")
         os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
         from transformers import AutoTokenizer
-        from vllm.config import StructuredOutputsConfig
+        from vllm.config import KVEventsConfig, StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -286,6 +296,17 @@ class VllmEngine:
             **engine_kwargs(requested),
             **multimodal,
         )
+        self._kv_dir = tempfile.mkdtemp(prefix="turnstream-kv-") if options.kv_events else None
+        if self._kv_dir is not None:
+            args.kv_events_config = KVEventsConfig(
+                enable_kv_cache_events=True,
+                publisher="zmq",
+                endpoint=f"ipc://{self._kv_dir}/events",
+                replay_endpoint=f"ipc://{self._kv_dir}/replay",
+                topic="kv",
+            )
+            # reproducible hashes the router recomputes (runtime.kv_blocks)
+            args.prefix_caching_hash_algo = HASH_ALGO
         self._meter = EngineMeter()
         self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(
             args, stat_loggers=[_meter_logger(self._meter)]
@@ -293,6 +314,16 @@ class VllmEngine:
         self.profile = profile_in_force(requested, self._llm.vllm_config)
         cache = self._llm.vllm_config.cache_config  # the core reports its blocks at start
         self.cache_tokens = (cache.num_gpu_blocks or 0) * (cache.block_size or 0) or None
+        self.kv_events: KvEventSource | None = None
+        if self._kv_dir is not None:
+            self.kv_events = KvEventSource(
+                endpoint=f"ipc://{self._kv_dir}/events",
+                replay_endpoint=f"ipc://{self._kv_dir}/replay",
+                topic="kv",
+                block_size=cache.block_size,
+                # the engine core's seed: PYTHONHASHSEED when it inherits one (vLLM's rule)
+                hash_seed=os.environ.get("PYTHONHASHSEED", DEFAULT_SEED),
+            )
 
     def snapshot(self) -> EngineSnapshot:
         return self._meter.snapshot()
@@ -389,3 +420,5 @@ class VllmEngine:
             # Drop it now: AsyncLLM.__del__ shuts down again, which fails noisily when it
             # only runs at interpreter exit.
             del llm
+        if self._kv_dir is not None:
+            shutil.rmtree(self._kv_dir, ignore_errors=True)

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 
 from schemas.prefix import PrefixMemory, matched_chars, message_chain, prefix_lengths
-from schemas.worker_state import WorkerState, decode_state, encode_state
+from schemas.worker_state import KvBlocks, WorkerState, decode_state, encode_state
 from stream_jobs.assembly.routing.endpoint_picker import EndpointPicker, Strategy
 
 
@@ -138,6 +138,8 @@ def test_baselines_ignore_the_prefix():
 def test_the_state_round_trips():
     s = state("w", [3, 4], prefixes=[-5, 7], kv_cache_usage=0.5)
     assert decode_state(encode_state(s)) == s
+    followed = state("w", [1], kv_blocks=KvBlocks(block_size=128, hash_seed="7", blocks=40))
+    assert decode_state(encode_state(followed)) == followed
 
 
 def test_prefix_memory_forgets_what_the_engine_cache_cannot_hold():
@@ -149,3 +151,47 @@ def test_prefix_memory_forgets_what_the_engine_cache_cannot_hold():
     memory.remember(chains[1], 400)  # used again: most recent now
     memory.remember(message_chain([Msg("user", "huge")]), 5000)  # alone, it is still kept
     assert len(memory) == 1
+
+
+def test_what_an_engine_holds_wins_over_what_a_worker_served():
+    """Both workers served the prompt lately (the approximate index cannot tell them apart);
+    the KV events say only w2's engine still holds it: the follow-up goes there."""
+    memory = PrefixMemory()
+    memory.remember(message_chain(FIRST))
+    states = [state(w, [n], prefixes=memory.summary()) for n, w in enumerate(("w1", "w2"))]
+    chain, lengths = message_chain(SECOND), prefix_lengths(SECOND)
+    for seed in range(6):
+        pick = EndpointPicker(rng=random.Random(seed)).pick(
+            states, key=b"c", chain=chain, lengths=lengths, now_ms=1100, held={"w1": 0, "w2": 512}
+        )
+        assert pick.worker_id == "w2" and pick.prefix_tokens == 512
+        assert "512 tokens held (KV events)" in pick.reason
+
+
+def test_an_evicted_prefix_stops_attracting_the_conversation():
+    """w1 served the prompt but its engine evicted it: no credit, the turn is placed as a
+    new prefix, by working set and load, not sent after a cache that is gone."""
+    memory = PrefixMemory()
+    memory.remember(message_chain(FIRST))
+    evicted = state("w1", [0], prefixes=memory.summary())
+    busy = state("w2", [1], in_flight=2)
+    chain, lengths = message_chain(SECOND), prefix_lengths(SECOND)
+    picker = EndpointPicker(rng=random.Random(2))
+    approximate = picker.pick([evicted, busy], key=b"c", chain=chain, lengths=lengths, now_ms=1100)
+    assert approximate.worker_id == "w1" and "served" in approximate.reason
+    exact = EndpointPicker(rng=random.Random(2)).pick(
+        [evicted, busy], key=b"c", chain=chain, lengths=lengths, now_ms=1100, held={"w1": 0}
+    )
+    assert exact.prefix_tokens == 0 and "new prefix" in exact.reason
+
+
+def test_a_worker_without_kv_events_is_scored_on_its_served_prefixes():
+    memory = PrefixMemory()
+    memory.remember(message_chain(FIRST))
+    unfollowed = state("w1", [0], prefixes=memory.summary())
+    followed = state("w2", [1])
+    chain, lengths = message_chain(SECOND), prefix_lengths(SECOND)
+    pick = EndpointPicker().pick(
+        [unfollowed, followed], key=b"c", chain=chain, lengths=lengths, now_ms=1100, held={"w2": 0}
+    )
+    assert pick.worker_id == "w1" and pick.prefix_chars > 4000 and pick.prefix_tokens == 0
