@@ -19,8 +19,18 @@ answer cache are off: every turn reaches an engine, and the CPUs go to the pipel
     python -m bench.routing      # router, round_robin, random, key_hash (~4.5 min, 2 cores)
     python -m bench.routing --conversations 24 --turns 6 --workers 3
 
+`--engine vllm`: real vLLM engines on the bundled SmolLM2-135M instead (each bound to its
+own core, a KV cache of `--kv-mb`), and the strategies `router` (workers follow their
+engine's KV events: the exact blocks held), `router_approx` (the same picker on its
+approximate index alone: `TURNSTREAM_KV_EVENTS=false`) and `key_hash`. Cached prompt tokens
+come from the engines' usage on each answer (`cached`, `prefilled` in the table).
+
+    python -m bench.routing --engine vllm --clients 4 --conversations 8 --turns 4 \
+        --one-shots 8 --doc-tokens 400,900 --max-tokens 32      # ~10 min
+
 Prints a table (p99 ratio: the strategy's p99 TTFT over the router's, so > 1 means the
-router is faster), writes bench/results/routing.json and bench/figures/routing.png.
+router is faster), writes bench/results/routing.json and bench/figures/routing.png
+(`routing_vllm.*` with `--engine vllm`).
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from bench.namespace import drop_namespace
 from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from harness.kafka import records_so_far
-from harness.routed import RoutedPipeline, routed_pipeline
+from harness.routed import RoutedPipeline, engines_on_own_cores, routed_pipeline
 from runtime.settings import Settings
 from schemas.codec import decode
 from schemas.events import TurnCompleted
@@ -103,9 +113,18 @@ def workload(args: argparse.Namespace) -> list[list[Session]]:
     """Each client's sessions, in order: its conversations and one-shots, shuffled."""
     rng = random.Random(args.seed)
     sessions: list[Session] = []
+    shared = [
+        document(rng, rng.randint(args.doc_tokens[0], args.doc_tokens[1]))
+        for _ in range(args.shared_docs)
+    ]
     for c in range(args.conversations):
-        doc = document(rng, rng.randint(args.doc_tokens[0], args.doc_tokens[1]))
-        first = Turn("document", f"{doc}\n\nQuestion: what is this document about?", 0.0)
+        if shared:  # one of a few documents, each conversation asking its own first question
+            doc = shared[c % len(shared)]
+            question = rng.choice(QUESTIONS).format(w=rng.choice(WORDS))
+        else:
+            doc = document(rng, rng.randint(args.doc_tokens[0], args.doc_tokens[1]))
+            question = "what is this document about?"
+        first = Turn("document", f"{doc}\n\nQuestion: {question}", 0.0)
         follow = [
             Turn("follow_up", rng.choice(QUESTIONS).format(w=rng.choice(WORDS)), think(rng, args))
             for _ in range(args.turns - 1)
@@ -208,19 +227,15 @@ def build_engines(args: argparse.Namespace, kv_events: bool) -> list[Engine]:
     if args.engine == "vllm":
         from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
-        return [
-            VllmEngine(
-                VllmOptions(
-                    model_path=str(args.model_path),
-                    model_name="smollm2-135m",
-                    kv_cache_bytes=int(args.kv_mb * 1024 * 1024),
-                    max_model_len=args.model_len,
-                    max_num_seqs=args.max_num_seqs,
-                    kv_events=kv_events,
-                )
-            )
-            for _ in range(args.workers)
-        ]
+        options = VllmOptions(
+            model_path=str(args.model_path),
+            model_name="smollm2-135m",
+            kv_cache_bytes=int(args.kv_mb * 1024 * 1024),
+            max_model_len=args.model_len,
+            max_num_seqs=args.max_num_seqs,
+            kv_events=kv_events,
+        )
+        return list(engines_on_own_cores(lambda: VllmEngine(options), args.workers))
     return [
         FakeEngine(
             token_interval_s=args.token_ms / 1000,
@@ -458,14 +473,22 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
         if args.engine == "vllm"
         else f"fake engines: prefill {args.prefill_ms:g} ms/token, cache {args.cache_tokens} tokens"
     )
+    shared = f" on {args.shared_docs} shared documents" if args.shared_docs else ""
     fig.suptitle(
-        f"{args.workers} workers, {args.conversations} conversations x {args.turns} turns "
-        f"+ {args.one_shots} one-shots, {args.clients} clients; {engine}, "
+        f"{args.workers} workers, {args.conversations} conversations{shared} x {args.turns} "
+        f"turns + {args.one_shots} one-shots, {args.clients} clients; {engine}, "
         f"{args.max_num_seqs} seqs",
         fontsize=9,
     )
     fig.tight_layout()
-    save_figure(fig, "routing" if args.engine == "fake" else "routing_vllm")
+    save_figure(fig, figure_name(args))
+
+
+def figure_name(args: argparse.Namespace) -> str:
+    """routing (fake engines), routing_vllm, routing_vllm_shared (shared documents)."""
+    if args.engine == "fake":
+        return "routing"
+    return "routing_vllm_shared" if args.shared_docs else "routing_vllm"
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -476,7 +499,7 @@ async def main_async(args: argparse.Namespace) -> None:
         rows.append(summary(await run_strategy(strategy, args)))
     print_table(rows)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "routing" if args.engine == "fake" else "routing_vllm"
+    name = figure_name(args)
     record = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
     (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=1))
     plot(rows, args)
@@ -513,6 +536,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=6, help="per conversation")
     parser.add_argument("--one-shots", type=int, default=24)
     parser.add_argument("--doc-tokens", type=pair(int), default=(1500, 3000))
+    parser.add_argument(
+        "--shared-docs",
+        type=int,
+        default=0,
+        help="conversations open on one of this many documents (0: each its own)",
+    )
     parser.add_argument("--think-s", type=pair(float), default=(0.5, 1.5))
     parser.add_argument("--stagger-s", type=float, default=0.5, help="between clients' starts")
     parser.add_argument("--max-tokens", type=int, default=24, help="answer length")

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from harness.stack import running_assembly
+from runtime.engine_cores import BIND, RESERVED, engine_cores
 from runtime.kafka_topics import ensure_topics
 from runtime.redis import redis_client
 from runtime.settings import Settings
@@ -22,6 +25,28 @@ from workers.inference.engines.engine import Engine
 from workers.preprocess.app import run_preprocessor
 from ws_edge.auth import mint_token
 from ws_edge.server import EdgeServer
+
+E = TypeVar("E")
+
+
+def engines_on_own_cores(build: Callable[[], E], count: int) -> list[E]:
+    """`count` in-process engines, each vLLM CPU engine bound to its own share of this
+    machine's cores (`runtime.engine_cores`): vLLM's `auto` would pin them all to core 0."""
+    cores = sorted(os.sched_getaffinity(0))
+    saved = {name: os.environ.get(name) for name in (BIND, RESERVED)}
+    engines = []
+    try:
+        for worker in range(1, count + 1):
+            os.environ[BIND] = engine_cores(worker, count, cores)  # read when its core spawns
+            os.environ[RESERVED] = "0"
+            engines.append(build())
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return engines
 
 
 @dataclass

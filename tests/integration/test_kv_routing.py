@@ -15,7 +15,7 @@ import pytest
 
 from harness.kafka import records_so_far
 from harness.polling import eventually
-from harness.routed import board_states, routed_pipeline
+from harness.routed import board_states, engines_on_own_cores, routed_pipeline
 from runtime.redis import redis_client
 from runtime.settings import Settings
 from schemas.channels import RedisNames
@@ -37,19 +37,15 @@ DOCUMENT = "Summarise this contract about apples and pears: " + (
 async def two_engines(tiny_model_path):
     from workers.inference.engines.vllm_engine import VllmEngine, VllmOptions
 
-    engines = [
-        VllmEngine(
-            VllmOptions(
-                model_path=str(tiny_model_path),
-                model_name="tiny-llama",
-                max_model_len=1024,
-                kv_cache_bytes=4 * 1024 * 1024,  # 16 blocks of 128 tokens
-                max_num_seqs=8,
-                kv_events=True,
-            )
-        )
-        for _ in range(2)
-    ]
+    options = VllmOptions(
+        model_path=str(tiny_model_path),
+        model_name="tiny-llama",
+        max_model_len=1024,
+        kv_cache_bytes=4 * 1024 * 1024,  # 16 blocks of 128 tokens
+        max_num_seqs=8,
+        kv_events=True,
+    )
+    engines = engines_on_own_cores(lambda: VllmEngine(options), 2)
     yield engines
     for engine in engines:
         await engine.close()
