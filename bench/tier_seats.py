@@ -39,7 +39,7 @@ from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from schemas.events import DecodingParams, Message, Role
 from workers.inference.engines.engine import GenerationRequest
-from workers.inference.seats import EngineSeats
+from workers.inference.seats import EngineSeats, kv_need
 
 FREE, ENTERPRISE = 0, 20  # the tiers' default priorities (ws_edge/admission/tiers.py)
 TOPICS = ["rivers", "volcanoes", "bridges", "bees", "comets", "forests", "deserts", "tides"]
@@ -86,7 +86,8 @@ async def generate(engine, seats: EngineSeats, req: GenerationRequest) -> tuple[
     """(ms to the first token from now, tokens, ended with a finish reason)."""
     began = time.perf_counter()
     first, tokens, finished = None, 0, False
-    async with seats.seat(req.priority):
+    need = kv_need(len(engine.render(req)), req.decoding.max_tokens, engine.block_size)
+    async with seats.seat(req.priority, need):
         async for delta in engine.stream(req):
             if first is None and delta.new_tokens:
                 first = (time.perf_counter() - began) * 1000
@@ -131,7 +132,7 @@ async def measure(engine, seats: EngineSeats, args, name: str, *, load: bool, ti
     return run
 
 
-def plot(rows: list[dict], seats: int) -> str:
+def plot(rows: list[dict], seats: int, name: str = "tier_seats", detail: str = "") -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,12 +148,13 @@ def plot(rows: list[dict], seats: int) -> str:
     ax.set_xticks(list(xs), names, fontsize=8)
     ax.set_ylabel("enterprise TTFT, ms")
     ax.set_title(
-        f"Enterprise TTFT under a free-tier load, vLLM CPU, SmolLM2-135M, {seats} seats\n"
-        "(python -m bench.tier_seats)"
+        f"Enterprise TTFT under a free-tier load, vLLM CPU, SmolLM2-135M, {seats} seats{detail}\n"
+        "(python -m bench.tier_seats)",
+        fontsize=10,
     )
     ax.legend()
     fig.tight_layout()
-    return str(save_figure(fig, "tier_seats"))
+    return str(save_figure(fig, name))
 
 
 async def main_async(args: argparse.Namespace) -> dict:
@@ -176,8 +178,22 @@ async def main_async(args: argparse.Namespace) -> dict:
                 True,
             ),
         ]
+        if args.kv_headroom:
+            budget = int((1 - args.kv_headroom) * (engine.cache_tokens or 0))
+            progress(f"KV cache {engine.cache_tokens} tokens; the free tier's budget {budget}")
+            configs.append(
+                (
+                    f"{reserved} kept, KV headroom {args.kv_headroom:g}",
+                    EngineSeats(args.seats, reserved=reserved, reserved_priority=10, low_kv=budget),
+                    True,
+                    True,
+                )
+            )
         runs = []
+        skipped = {name.strip() for name in args.skip.split(",") if name.strip()}
         for name, seats, load, tiers in configs:
+            if name in skipped:
+                continue
             runs.append(await measure(engine, seats, args, name, load=load, tiers=tiers))
         preemptions = engine.snapshot().preemptions
     finally:
@@ -210,6 +226,16 @@ def main() -> None:
         "too small for the batch, so vLLM preempts)",
     )
     parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument(
+        "--kv-headroom",
+        type=float,
+        default=0.0,
+        help="also run with the free tier held to 1 - this of the KV cache (its turns' "
+        "prompt and longest answer, in blocks)",
+    )
+    parser.add_argument(
+        "--skip", default="", help="runs to leave out, comma-separated names (e.g. 'arrival order')"
+    )
     args = parser.parse_args()
     args.free = args.free or 2 * args.seats
     result = asyncio.run(main_async(args))
@@ -229,7 +255,10 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "tier_seats.json"
     out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out} and {plot(result['rows'], args.seats)}")
+    detail = f", KV cache {args.kv_mb} MiB" if args.kv_headroom else ""
+    name = "tier_seats_kv" if args.kv_headroom else "tier_seats"
+    figure = plot(result["rows"], args.seats, name, detail)
+    print(f"wrote {out} and {figure}")
 
 
 if __name__ == "__main__":

@@ -447,6 +447,14 @@ class Settings:
         10,
         "The lowest priority that may take the reserved seats (the plus tier's by default).",
     )
+    kv_headroom: float = _var(
+        "TURNSTREAM_KV_HEADROOM",
+        0.0,
+        "Share of the engine's KV cache kept from the tiers below "
+        "TURNSTREAM_RESERVED_SEATS_PRIORITY: together their turns (prompt and longest answer, "
+        "in blocks) may hold only the rest, so a higher tier's prompt finds free blocks when "
+        "the cache, not the batch, is what runs out (0: off).",
+    )
     max_queued_per_conversation: int = _var(
         "TURNSTREAM_MAX_QUEUED_PER_CONVERSATION",
         8,

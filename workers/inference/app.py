@@ -133,6 +133,7 @@ async def run_worker(settings: Settings, engine: Engine) -> AsyncIterator[Runnin
             seats=seats,
             reserved_seats=min(settings.reserved_seats, seats // 4),
             reserved_priority=settings.reserved_seats_priority,
+            kv_headroom=settings.kv_headroom,
         ),
         clock_ms=now_ms,
     )

@@ -10,6 +10,14 @@ take the last `reserved` seats, which stay free for a higher tier's turn to star
 engine's next step. The worker fetches more turns than there are seats (they wait here, not
 in Kafka, where arrival order is all there is).
 
+A kept seat does not help when the engine's KV cache is full: vLLM admits a waiting request
+only into free blocks, and preempts running ones only for a running request's growth. So
+the low tiers may also be held to a KV budget (`low_kv`, in tokens): a turn says the most
+cache it can take (its prompt and its longest answer, in whole blocks), and the turns below
+`reserved_priority` together may not hold more than the budget (one alone always may);
+the rest of the cache stays free for a higher tier's prompt. Checking the engine's KV use
+instead did not help (measured: the running turns' answers grow into whatever was free).
+
 Pure asyncio, no I/O.
 """
 
@@ -25,20 +33,40 @@ from dataclasses import dataclass, field
 UNLIMITED = 1 << 30  # seats of a gate that never makes a turn wait (no batch limit known)
 
 
+def kv_need(prompt_tokens: int, max_tokens: int, block_size: int = 1) -> int:
+    """The most KV-cache tokens a turn can take: its prompt and its longest answer, in the
+    engine's whole blocks."""
+    tokens = max(0, prompt_tokens) + max(0, max_tokens)
+    block = max(1, block_size)
+    return -(-tokens // block) * block
+
+
 @dataclass(order=True)
 class _Waiter:
     rank: tuple[int, int]  # (-priority, arrival): the heap's order
     priority: int = field(compare=False)
     seated: asyncio.Future[None] = field(compare=False)
+    kv: int = field(compare=False, default=0)
 
 
 class EngineSeats:
-    def __init__(self, seats: int, *, reserved: int = 0, reserved_priority: int = 1) -> None:
+    def __init__(
+        self,
+        seats: int,
+        *,
+        reserved: int = 0,
+        reserved_priority: int = 1,
+        low_kv: int | None = None,
+    ) -> None:
+        """`low_kv`: KV-cache tokens the turns below `reserved_priority` may hold together
+        (None: no budget)."""
         if seats < 1 or not 0 <= reserved < seats:
             raise ValueError(f"need 0 <= reserved ({reserved}) < seats ({seats})")
         self.seats = seats
         self.reserved = reserved
         self.reserved_priority = reserved_priority
+        self.low_kv = low_kv
+        self.low_kv_held = 0
         self.taken = 0
         self._waiting: list[_Waiter] = []
         self._arrivals = itertools.count()
@@ -47,28 +75,36 @@ class EngineSeats:
     def waiting(self) -> int:
         return sum(not w.seated.done() for w in self._waiting)
 
-    def may_sit(self, priority: int) -> bool:
+    def may_sit(self, priority: int, kv: int = 0) -> bool:
         """A free seat this priority may take now (the reserved ones only from
-        `reserved_priority` up)."""
+        `reserved_priority` up; below it, within the low tiers' KV budget)."""
         free = self.seats - self.taken
-        return free > (0 if priority >= self.reserved_priority else self.reserved)
+        if priority >= self.reserved_priority:
+            return free > 0
+        within = (
+            self.low_kv is None or self.low_kv_held == 0 or self.low_kv_held + kv <= self.low_kv
+        )
+        return free > self.reserved and within
 
     @contextlib.asynccontextmanager
-    async def seat(self, priority: int) -> AsyncIterator[None]:
+    async def seat(self, priority: int, kv: int = 0) -> AsyncIterator[None]:
         """Hold a seat for the block (waiting for one in turn); given back on exit, also
-        when cancelled while waiting."""
-        await self._take(priority)
+        when cancelled while waiting. `kv`: the most KV-cache tokens the turn can take."""
+        low = kv if priority < self.reserved_priority else 0
+        await self._take(priority, low)
         try:
             yield
         finally:
             self.taken -= 1
+            self.low_kv_held -= low
             self._seat_waiters()
 
-    async def _take(self, priority: int) -> None:
-        if not self._waiting and self.may_sit(priority):
+    async def _take(self, priority: int, kv: int) -> None:
+        if not self._waiting and self.may_sit(priority, kv):
             self.taken += 1
+            self.low_kv_held += kv
             return
-        waiter = _Waiter((-priority, next(self._arrivals)), priority, asyncio.Future())
+        waiter = _Waiter((-priority, next(self._arrivals)), priority, asyncio.Future(), kv)
         heapq.heappush(self._waiting, waiter)
         self._seat_waiters()
         try:
@@ -76,6 +112,7 @@ class EngineSeats:
         except asyncio.CancelledError:
             if waiter.seated.done() and not waiter.seated.cancelled():
                 self.taken -= 1  # seated as it was cancelled: the seat goes to the next
+                self.low_kv_held -= kv
             self._drop(waiter)
             self._seat_waiters()
             raise
@@ -93,8 +130,9 @@ class EngineSeats:
             if best.seated.done():  # cancelled, not removed yet
                 heapq.heappop(self._waiting)
                 continue
-            if not self.may_sit(best.priority):
+            if not self.may_sit(best.priority, best.kv):
                 return
             heapq.heappop(self._waiting)
             self.taken += 1
+            self.low_kv_held += best.kv
             best.seated.set_result(None)

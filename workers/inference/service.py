@@ -64,7 +64,7 @@ from workers.inference.metrics import observe_completed
 from workers.inference.output_guard import OutputGuard, SafetyStop
 from workers.inference.progress import TurnProgress
 from workers.inference.replay import replay
-from workers.inference.seats import UNLIMITED, EngineSeats
+from workers.inference.seats import UNLIMITED, EngineSeats, kv_need
 from workers.inference.speech.feed import SpeechFeed
 from workers.inference.speech.segments import SegmenterConfig
 from workers.inference.tool_stream import TEXT, CallSplitter
@@ -97,6 +97,7 @@ class ServiceConfig:
     seats: int = 0
     reserved_seats: int = 0
     reserved_priority: int = 10
+    kv_headroom: float = 0.0  # of the KV cache, kept from the tiers below that priority
 
     def gate_for(self, tier: str) -> GateConfig | None:
         return self.tier_gates.get(tier, self.output_gate)
@@ -137,11 +138,18 @@ class InferenceService:
         # prompts served lately, as many as the engine's cache holds: the router's hint
         self.prefixes = PrefixMemory(max_tokens=getattr(engine, "cache_tokens", None))
         self._prefilling: dict[str, int] = {}  # turn -> prompt tokens (estimated) before output
+        cache_tokens = getattr(engine, "cache_tokens", None)
         self.seats = EngineSeats(
             config.seats or UNLIMITED,
             reserved=config.reserved_seats if config.seats else 0,
             reserved_priority=config.reserved_priority,
+            low_kv=(
+                int((1 - config.kv_headroom) * cache_tokens)
+                if config.kv_headroom > 0 and cache_tokens
+                else None
+            ),
         )
+        self._block_size = getattr(engine, "block_size", 1)
 
     @property
     def prefilling_tokens(self) -> int:
@@ -505,11 +513,12 @@ class InferenceService:
             owner = f"{turn.tenant_id}/{turn.user_id}"
             pixels = await self.pixels.load(request.images, owner)
             request = dataclasses.replace(request, pixels=pixels)
-        async with self.seats.seat(request.priority):  # a seat of the batch, by tier
+        prompt_tokens = estimated_tokens(request.messages)
+        need = kv_need(prompt_tokens, request.decoding.max_tokens, self._block_size)
+        async with self.seats.seat(request.priority, need):  # a seat of the batch, by tier
             grant = await self.image_budget.acquire(len(request.images))
             if ticket is not None:
                 ticket.started()  # leaves the worker's queue: the engine has it now
-            prompt_tokens = estimated_tokens(request.messages)
             chain = message_chain(request.messages, request.cache_salt)
             self.prefixes.remember(chain, prompt_tokens)
             self._prefilling[request.request_id] = prompt_tokens

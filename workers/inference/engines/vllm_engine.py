@@ -314,6 +314,7 @@ class VllmEngine:
         self.profile = profile_in_force(requested, self._llm.vllm_config)
         cache = self._llm.vllm_config.cache_config  # the core reports its blocks at start
         self.cache_tokens = (cache.num_gpu_blocks or 0) * (cache.block_size or 0) or None
+        self.block_size: int = cache.block_size or 1
         self.kv_events: KvEventSource | None = None
         if self._kv_dir is not None:
             self.kv_events = KvEventSource(

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from workers.inference.seats import EngineSeats
+from workers.inference.seats import EngineSeats, kv_need
 
 FREE, PLUS, ENTERPRISE = 0, 10, 20
 
@@ -27,12 +27,14 @@ async def leave_all(diners) -> None:
 class Diner:
     """A turn that takes a seat, notes when it sat, and leaves when told."""
 
-    def __init__(self, seats: EngineSeats, name: str, priority: int, order: list[str]) -> None:
+    def __init__(
+        self, seats: EngineSeats, name: str, priority: int, order: list[str], kv: int = 0
+    ) -> None:
         self.leave = asyncio.Event()
-        self.task = asyncio.ensure_future(self._run(seats, name, priority, order))
+        self.task = asyncio.ensure_future(self._run(seats, name, priority, order, kv))
 
-    async def _run(self, seats, name, priority, order) -> None:
-        async with seats.seat(priority):
+    async def _run(self, seats, name, priority, order, kv) -> None:
+        async with seats.seat(priority, kv):
             order.append(name)
             await self.leave.wait()
 
@@ -121,3 +123,53 @@ async def test_a_waiter_cancelled_just_as_it_was_seated_gives_the_seat_on():
 def test_impossible_seatings_are_refused(seats, reserved):
     with pytest.raises(ValueError):
         EngineSeats(seats, reserved=reserved)
+
+
+async def test_the_low_tiers_share_a_kv_budget_and_a_higher_tier_does_not_count():
+    seats = EngineSeats(8, reserved=1, reserved_priority=PLUS, low_kv=512)
+    order: list[str] = []
+    a = Diner(seats, "free-a", FREE, order, kv=256)
+    b = Diner(seats, "free-b", FREE, order, kv=256)
+    c = Diner(seats, "free-c", FREE, order, kv=256)  # the budget is spent: it stands
+    plus = Diner(seats, "plus", PLUS, order, kv=512)  # not held to it
+    await settle()
+    assert order == ["free-a", "free-b", "plus"] and seats.low_kv_held == 512
+    a.leave.set()
+    await settle()
+    assert order[-1] == "free-c" and seats.low_kv_held == 512
+    await leave_all([b, c, plus])
+    assert seats.taken == 0 and seats.low_kv_held == 0
+
+
+async def test_a_low_tier_turn_larger_than_the_budget_still_runs_alone():
+    seats = EngineSeats(8, low_kv=100, reserved_priority=PLUS)
+    order: list[str] = []
+    big = Diner(seats, "big", FREE, order, kv=1000)
+    small = Diner(seats, "small", FREE, order, kv=10)
+    await settle()
+    assert order == ["big"]
+    big.leave.set()
+    await settle()
+    assert order == ["big", "small"]
+    await leave_all([small])
+    assert seats.low_kv_held == 0
+
+
+async def test_a_waiter_cancelled_gives_its_kv_back():
+    seats = EngineSeats(8, low_kv=100, reserved_priority=PLUS)
+    order: list[str] = []
+    first = Diner(seats, "first", FREE, order, kv=100)
+    second = Diner(seats, "second", FREE, order, kv=100)
+    await settle()
+    second.task.cancel()
+    await asyncio.gather(second.task, return_exceptions=True)
+    assert seats.low_kv_held == 100 and seats.waiting == 0
+    await leave_all([first])
+    assert seats.low_kv_held == 0 and seats.taken == 0
+
+
+def test_kv_need_rounds_the_prompt_and_answer_up_to_whole_blocks():
+    assert kv_need(30, 96, 128) == 128
+    assert kv_need(40, 96, 128) == 256
+    assert kv_need(0, 0, 16) == 0
+    assert kv_need(5, 5) == 10
