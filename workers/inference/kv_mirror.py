@@ -65,8 +65,6 @@ class KvMirror:
         self.flush_s = flush_s
         self.ttl_s = ttl_s
         self.index = KvBlockIndex(block_size=source.block_size, seed=source.hash_seed)
-        self.batches = 0
-        self.undecodable = 0
         self._stale = True  # nothing written yet: the first write replaces the set
         self._warned_mismatch = False
 
@@ -128,12 +126,10 @@ class KvMirror:
         try:
             batch = decode_batch(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
-            self.undecodable += 1
             log.warning("KV event batch %d unreadable (%s): forgetting the cache", seq, err)
             self.index.reset(seq + 1)
             return
-        if self.index.apply(seq, batch):
-            self.batches += 1
+        self.index.apply(seq, batch)
         if self.index.mismatched and not self._warned_mismatch:
             self._warned_mismatch = True
             log.warning(

@@ -136,9 +136,9 @@ class InferenceService:
         self._background: set[asyncio.Task] = set()
         self.gauges = TurnGauges()  # queue depth and turns held, for the worker's metrics
         # prompts served lately, as many as the engine's cache holds: the router's hint
-        self.prefixes = PrefixMemory(max_tokens=getattr(engine, "cache_tokens", None))
-        self._prefilling: dict[str, int] = {}  # turn -> prompt tokens (estimated) before output
         cache_tokens = getattr(engine, "cache_tokens", None)
+        self.prefixes = PrefixMemory(max_tokens=cache_tokens)
+        self._prefilling: dict[str, int] = {}  # turn -> prompt tokens (estimated) before output
         self.seats = EngineSeats(
             config.seats or UNLIMITED,
             reserved=config.reserved_seats if config.seats else 0,

@@ -44,7 +44,6 @@ class KvLookup:
         self.names = names
         self.tokenizer = tokenizer
         self.timeout_s = timeout_s
-        self.lookups = 0
         self.failures = 0
         self._failing = False
 
@@ -60,24 +59,22 @@ class KvLookup:
         if not followed or not messages:
             return {}
         ids = self.prompt_ids(messages)
-        hashes: dict[tuple[int, str], list[int]] = {}
+        hashes: dict[tuple[int, str], list[int]] = {}  # per (block size, seed): one hashing
+        asked: list[tuple[WorkerState, int, list[int]]] = []  # (state, block size, blocks)
         for state in followed:
-            assert state.kv_blocks is not None
-            scheme = (state.kv_blocks.block_size, state.kv_blocks.hash_seed)
+            kv = state.kv_blocks
+            assert kv is not None
+            scheme = (kv.block_size, kv.hash_seed)
             if scheme not in hashes:
-                hashes[scheme] = block_hashes(ids, scheme[0], seed=scheme[1], salt=salt)
-        asked = [
-            (s, hashes[(s.kv_blocks.block_size, s.kv_blocks.hash_seed)])
-            for s in followed
-            if s.kv_blocks is not None
-        ]
-        asked = [(s, h) for s, h in asked if h]
+                hashes[scheme] = block_hashes(ids, kv.block_size, seed=kv.hash_seed, salt=salt)
+            if hashes[scheme]:
+                asked.append((state, kv.block_size, hashes[scheme]))
         if not asked:  # shorter than a block: nobody holds a reusable block of it
             return {s.worker_id: 0 for s in followed}
         try:
             async with asyncio.timeout(self.timeout_s):
                 async with self._redis().pipeline(transaction=False) as pipe:
-                    for state, blocks in asked:
+                    for state, _, blocks in asked:
                         pipe.smismember(self.names.kv_blocks_key(pool, state.worker_id), blocks)
                     answers = await pipe.execute()
         except (RedisError, TimeoutError, OSError) as err:
@@ -87,9 +84,7 @@ class KvLookup:
                 log.warning("KV mirrors unreadable (%r): approximate prefix routing", err)
             return {}
         self._failing = False
-        self.lookups += 1
         held = {s.worker_id: 0 for s in followed}
-        for (state, _), flags in zip(asked, answers, strict=True):
-            assert state.kv_blocks is not None
-            held[state.worker_id] = held_prefix_blocks(flags) * state.kv_blocks.block_size
+        for (state, block_size, _), flags in zip(asked, answers, strict=True):
+            held[state.worker_id] = held_prefix_blocks(flags) * block_size
         return held

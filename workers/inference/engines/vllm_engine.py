@@ -76,6 +76,8 @@ def _is_validation_error(exc: Exception) -> bool:
     return isinstance(exc, VLLMClientError | ValueError)
 
 
+KV_TOPIC = "kv"  # the engine's KV events' ZMQ topic
+
 _FINISH = {
     "stop": FinishReason.STOP,
     "length": FinishReason.LENGTH,
@@ -297,13 +299,14 @@ class VllmEngine:
             **multimodal,
         )
         self._kv_dir = tempfile.mkdtemp(prefix="turnstream-kv-") if options.kv_events else None
+        events_at, replay_at = f"ipc://{self._kv_dir}/events", f"ipc://{self._kv_dir}/replay"
         if self._kv_dir is not None:
             args.kv_events_config = KVEventsConfig(
                 enable_kv_cache_events=True,
                 publisher="zmq",
-                endpoint=f"ipc://{self._kv_dir}/events",
-                replay_endpoint=f"ipc://{self._kv_dir}/replay",
-                topic="kv",
+                endpoint=events_at,
+                replay_endpoint=replay_at,
+                topic=KV_TOPIC,
             )
             # reproducible hashes the router recomputes (runtime.kv_blocks)
             args.prefix_caching_hash_algo = HASH_ALGO
@@ -318,9 +321,9 @@ class VllmEngine:
         self.kv_events: KvEventSource | None = None
         if self._kv_dir is not None:
             self.kv_events = KvEventSource(
-                endpoint=f"ipc://{self._kv_dir}/events",
-                replay_endpoint=f"ipc://{self._kv_dir}/replay",
-                topic="kv",
+                endpoint=events_at,
+                replay_endpoint=replay_at,
+                topic=KV_TOPIC,
                 block_size=cache.block_size,
                 # the engine core's seed: PYTHONHASHSEED when it inherits one (vLLM's rule)
                 hash_seed=os.environ.get("PYTHONHASHSEED", DEFAULT_SEED),
