@@ -30,9 +30,9 @@ from bench.plotting import RESULTS, save_figure
 from bench.stats import percentile
 from harness.media import quiet_room, voiced
 from runtime.settings import Settings
+from runtime.whisper_models import base_path
 from workers.preprocess.asr import WhisperTranscriber
 from workers.preprocess.vad import SpeechSegment
-from workers.preprocess.whisper_models import base_path
 from workers.tts.voices import VOICES, Voice, espeak_for
 
 SET = Path(__file__).parent / "turn_sets" / "utterances.jsonl"

@@ -9,3 +9,11 @@ from schemas.errors import TurnstreamError
 
 class PlumbingError(TurnstreamError):
     code = "runtime_error"
+
+
+class SpeechModelMissing(PlumbingError):
+    """A bundled Whisper model's package (or one of its files) is missing: the deployment's
+    fault, not the user's; retrying elsewhere may help."""
+
+    code = "speech_model_missing"
+    retryable = True

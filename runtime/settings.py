@@ -824,6 +824,20 @@ class Settings:
         "Edge voice loop: user speech over the assistant's voice interrupts it only once it "
         "lasts this long; shorter (mm-hm, yeah) is a backchannel and is ignored.",
     )
+    command_check_ms: float = _var(
+        "TURNSTREAM_COMMAND_CHECK_MS",
+        96.0,
+        "Edge voice loop: after this much silence, speech over the assistant's voice too short "
+        "to barge in is read by the short-command spotter (Whisper base, ~80 ms of a core): "
+        "a command (stop, wait, no, hold on; per language) interrupts at once, a backchannel "
+        "does not. 0: off (duration alone decides).",
+    )
+    command_spotter_max_waiting: int = _var(
+        "TURNSTREAM_COMMAND_SPOTTER_MAX_WAITING",
+        4,
+        "Edge voice loop: short-command checks allowed to queue for the spotter's thread; one "
+        "past that gets no verdict (the duration rule decides).",
+    )
     fake_token_interval_ms: float = _var(
         "TURNSTREAM_FAKE_TOKEN_INTERVAL_MS", 20.0, "Fake engine: time between tokens."
     )

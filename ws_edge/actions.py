@@ -91,6 +91,17 @@ class CheckTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckCommand:
+    """Ask the keyword spotter whether the short speech `pcm` over the assistant's voice is a
+    command (in `language`, '' unknown), then hand its verdict to `Session.command_verdict`."""
+
+    stream_id: str
+    check_id: int
+    pcm: bytes
+    language: str
+
+
+@dataclass(frozen=True, slots=True)
 class GiveFeedback:
     """Check that the turn is the principal's (from its recorded outcome), then publish the
     feedback and confirm it; otherwise answer `unknown_turn`."""
@@ -149,6 +160,7 @@ Action = (
     | DropAudio
     | DetectSpeech
     | CheckTurn
+    | CheckCommand
     | ResumeTurn
     | FollowTurn
     | ConfirmTurn

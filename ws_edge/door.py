@@ -42,6 +42,7 @@ from schemas.turn_log import START, LogPosition, decode_entries, plan_resume, ra
 from ws_edge.abandonment import Departure
 from ws_edge.actions import (
     Action,
+    CheckCommand,
     CheckTurn,
     Close,
     ConfirmTurn,
@@ -61,6 +62,7 @@ from ws_edge.admission.admit import estimated_prompt_tokens
 from ws_edge.auth import is_api_key
 from ws_edge.errors import (
     BrokerUnavailable,
+    CommandSpotterUnavailable,
     EdgeError,
     ForbiddenConversation,
     StoreUnavailable,
@@ -223,6 +225,8 @@ class TurnDoor:
                     self._detect(stream_id, frames)
                 case CheckTurn(stream_id, pause_id, pcm):
                     self._spawn(self._check_turn(stream_id, pause_id, pcm))
+                case CheckCommand():
+                    self._spawn(self._check_command(action))
 
     # ---- tracing: one span per turn, from turn.create to response.done ---------------------
     def _start_turn_span(self, turn: TurnSubmitted) -> None:
@@ -301,6 +305,7 @@ class TurnDoor:
         try:
             if self._detector is None:
                 self._detector = SpeechDetector()
+                self.edge.command_judge.warm()  # a voice loop: short commands come next
             probs = self._detector.score(frames)
         except Exception as exc:  # no VAD model installed, or it failed: say so in-band
             log.warning("voice activity detection failed: %s", exc)
@@ -321,6 +326,19 @@ class TurnDoor:
                 log.warning("%s", exc)
                 self._apply([error_event(exc)])
         self._apply(self.session.turn_verdict(stream_id, pause_id, probability))
+
+    async def _check_command(self, check: CheckCommand) -> None:
+        """The spotter's verdict on short speech over the voice (in its thread), back to the
+        session. A spotter that cannot run is logged once per process; every check then
+        falls back to the duration rule (the client did not ask for it: nothing in-band)."""
+        command: bool | None = None
+        try:
+            command = await self.edge.command_judge.verdict(check.pcm, check.language)
+        except CommandSpotterUnavailable as exc:
+            if not self.edge.command_spotter_failed:
+                self.edge.command_spotter_failed = True
+                log.warning("%s; short commands fall back to the duration rule", exc)
+        self._apply(self.session.command_verdict(check.stream_id, check.check_id, command))
 
     async def _publish_truncation(self, event) -> None:
         try:

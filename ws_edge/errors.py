@@ -19,6 +19,9 @@ EdgeError
 │   (the voice loop's VAD model missing or failing: EdgeError code vad_unavailable)
 ├── TurnModelUnavailable    semantic_vad's turn model missing or failing (that pause falls
 │                           back to the silence rule)  code: turn_model_unavailable
+├── CommandSpotterUnavailable  the short-command spotter missing or failing (short speech
+│                           over the voice falls back to the duration rule)
+│                           code: command_spotter_unavailable
 ├── RateLimited             the tenant's request or token bucket is empty
 │                           code: rate_limited (retryable after `retry_after_ms`)
 ├── Overloaded              the pools are too busy for this tier right now
@@ -144,6 +147,14 @@ class Overloaded(EdgeError):
 
 class RateLimitUnavailable(StoreUnavailable):
     """The rate limiter could not reach Redis: nothing was taken from any bucket."""
+
+
+class CommandSpotterUnavailable(EdgeError):
+    """The short-command spotter (Whisper base) is not installed or failed: short speech over
+    the assistant's voice falls back to the duration rule."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="command_spotter_unavailable")
 
 
 class TurnModelUnavailable(EdgeError):

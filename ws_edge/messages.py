@@ -427,7 +427,8 @@ class InputSpeechStarted(ServerEvent, tag="input.speech_started"):
 
 class InputSpeechStopped(ServerEvent, tag="input.speech_stopped"):
     """The user stopped speaking: the utterance became `turn_id`, or was `ignored`
-    ("backchannel": a short "mm-hm" over the assistant's voice)."""
+    ("backchannel": a short "mm-hm" over the assistant's voice; "command": a short "stop"
+    or "wait" that interrupted it)."""
 
     stream_id: str
     audio_end_ms: float

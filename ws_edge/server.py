@@ -57,6 +57,7 @@ from ws_edge.relay import RelaySubscriber
 from ws_edge.server_tools import ServerTools, follow_catalog
 from ws_edge.session import SessionLimits
 from ws_edge.unattended import UnattendedTurns
+from ws_edge.voice.command_spotter import CommandJudge
 from ws_edge.voice.loop import VadRules
 from ws_edge.voice.turn_model import TurnJudge
 from ws_edge.web_assets import process_request
@@ -109,6 +110,7 @@ class EdgeServer:
                 min_speech_ms=settings.vad_min_speech_ms,
                 barge_in_ms=settings.barge_in_min_speech_ms,
                 early_silence_ms=settings.vad_early_silence_ms,
+                command_check_ms=settings.command_check_ms,
             ),
         )
         self.completed_topic = TURNS_COMPLETED.full_name(settings.namespace)
@@ -141,6 +143,10 @@ class EdgeServer:
         self.turn_judge = TurnJudge(
             threads=settings.turn_model_threads, max_waiting=settings.turn_model_max_waiting
         )
+        self.command_judge = CommandJudge(
+            settings.state_path / "models", max_waiting=settings.command_spotter_max_waiting
+        )
+        self.command_spotter_failed = False  # logged once per process; checks then fall back
         self.canary = CanaryWatch(self.redis, self.names, now_ms)
         self.api_keys = ApiKeys(self.redis, self.names)
         self._server: Server | None = None
@@ -221,6 +227,7 @@ class EdgeServer:
         await self.publisher.stop()
         await self.redis.aclose()
         self.turn_judge.close()
+        self.command_judge.close()
 
     async def _handle(self, websocket: ServerConnection) -> None:
         await _Connection(self, websocket).run()

@@ -201,6 +201,50 @@ async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talke
     assert delivered.audio_ms > 0 and delivered.edge_id == submitted.edge_id
 
 
+async def test_a_short_stop_over_the_voice_interrupts_and_is_not_a_turn():
+    """ "Stop." (espeak-ng, ~0.4 s: shorter than a barge-in) over the assistant's voice: the
+    edge's command spotter (Whisper base) hears a command, the answer stops at once, and no
+    turn is made of the word (with the spotter off it would be ignored as a backchannel)."""
+    async with stack(token_interval_s=0.05) as (_, _engine, client):
+        conversation = conv()
+        await client.update_session(
+            speech=SpeechOptions("espeak"),
+            turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
+        )
+        utterance = np.concatenate([quiet_room(0.5), spoken(LONG_QUESTION), quiet_room(1.0)])
+        await client.append_audio("mic", pcm16(utterance))
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        accepted = await client.next_event()
+        assert isinstance(accepted, TurnAccepted)
+        turn_id = accepted.turn_id
+        events = []
+        async for event in client.events(turn_id, speech=True):
+            events.append(event)
+            if isinstance(event, ResponseAudio):
+                break
+
+        # a microphone streams in real time (20 ms a message): the spotter's verdict comes
+        # while the silence after the word goes on
+        command = pcm16(np.concatenate([spoken("Stop."), quiet_room(1.0)]))
+        chunk = 2 * SAMPLE_RATE // 50
+        for at in range(0, len(command), chunk):
+            await client.append_audio("mic", command[at : at + chunk])
+            await asyncio.sleep(0.02)
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        events += [e async for e in client.events(turn_id, speech=True)]
+        assert next(e for e in events if isinstance(e, ResponseAudioDone)).reason == "interrupted"
+        assert next(e for e in events if isinstance(e, ResponseDone)).finish_reason == (
+            FinishReason.CANCELLED
+        )
+        assert any(isinstance(e, ResponseTruncated) for e in events)
+        stopped = await client.next_event()
+        assert isinstance(stopped, InputSpeechStopped) and stopped.ignored == "command"
+        assert stopped.turn_id is None
+        # nothing else comes: the word did not become a turn
+        with pytest.raises(asyncio.TimeoutError):
+            await client.next_event(wait_s=2.0)
+
+
 async def test_speech_never_says_what_hold_back_cut():
     secret = "sk-proj-" + "A1b2C3d4" * 5  # an API key: the output rules cut it
     question = "Hello there my friend, please keep " + secret + " " + LONG_QUESTION

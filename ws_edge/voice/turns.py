@@ -19,6 +19,7 @@ from schemas.events import (
 )
 from ws_edge.actions import (
     Action,
+    CheckCommand,
     CheckTurn,
     ConfirmTurn,
     DetectSpeech,
@@ -51,6 +52,7 @@ from ws_edge.tools import offered_tools
 from ws_edge.voice.loop import (
     EAGERNESS,
     BargeIn,
+    CommandCheck,
     SpeechEnded,
     SpeechPaused,
     SpeechResumed,
@@ -187,6 +189,18 @@ class VoiceTurns:
             lambda _: self._decided(stream_id, pause_id, probability), None
         )
 
+    def command_verdict(self, stream_id: str, check_id: int, command: bool | None) -> list[Action]:
+        """The keyword spotter's answer to a `CheckCommand` (None: no verdict, the duration
+        rule decides)."""
+
+        def decided(_: None) -> list[Action]:
+            loop, detection = self._voice_loop, self._detection
+            if loop is None or detection is None or detection.stream_id != stream_id:
+                return []  # the loop was turned off meanwhile
+            return self._handle_voice(stream_id, detection, loop.command_verdict(check_id, command))
+
+        return self._answering_errors(decided, None)
+
     def _decided(self, stream_id: str, pause_id: int, probability: float | None) -> list[Action]:
         loop, detection = self._voice_loop, self._detection
         if loop is None or detection is None or detection.stream_id != stream_id:
@@ -230,6 +244,10 @@ class VoiceTurns:
                     return check
             case SpeechResumed():
                 return self._withdraw()
+            case CommandCheck(check_id=check_id, pcm=pcm):
+                return [CheckCommand(stream_id, check_id, pcm, detection.language or "")]
+            case SpeechEnded() if event.command:
+                return [Send(InputSpeechStopped(stream_id, event.end_ms, ignored="command"))]
             case SpeechEnded() if event.backchannel:
                 return [Send(InputSpeechStopped(stream_id, event.end_ms, ignored="backchannel"))]
             case SpeechEnded():

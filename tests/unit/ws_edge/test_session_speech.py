@@ -25,6 +25,7 @@ from schemas.events import (
 from schemas.tools import AllowList, call_id
 from tests.unit.ws_edge.test_session import SECRET, frame, only_error
 from ws_edge.actions import (
+    CheckCommand,
     CheckTurn,
     ConfirmTurn,
     DetectSpeech,
@@ -669,12 +670,42 @@ def test_a_backchannel_over_the_assistant_is_ignored():
     events = mic.say([0.9] * 12 + [0.0] * 16)
     assert events == [
         Send(InputSpeechStarted("mic", 0.0)),
+        CheckCommand("mic", 1, numbered(0, 15), ""),  # unanswered: the duration rule stands
         Send(InputSpeechStopped("mic", 12 * 32.0, ignored="backchannel")),
     ]
     assert session.open_turns == [turn_id]  # not interrupted, no new turn
     [sent] = session.relay(audio(turn_id, 1, SECOND, 13, 500))
     assert isinstance(sent.event, ResponseAudio)
     assert next_turn(session).turn.truncates == []
+
+
+def test_a_short_command_over_the_assistant_interrupts_and_is_not_a_turn():
+    session, clock, mic = listening(speech=True)
+    turn_id = speaking_turn(session, clock, at=5000.0)
+    clock.now = 5400.0  # 400 ms of the answer played: "Hello" heard, "there" not
+    [started, check] = mic.say([0.9] * 12 + [0.0] * 3)  # "stop" (384 ms), 96 ms of silence
+    assert started == Send(InputSpeechStarted("mic", 0.0))
+    assert check == CheckCommand("mic", 1, numbered(0, 15), "")
+    actions = session.command_verdict("mic", check.check_id, True)
+    assert DropAudio(turn_id) in actions
+    assert RequestCancel(turn_id, "c1", "barge_in") in actions
+    assert Send(ResponseAudioDone(turn_id, "interrupted")) in actions
+    assert Send(ResponseTruncated(turn_id, 400.0, "Hello")) in actions
+    # the user says nothing more: the command ends, no turn is made of it
+    assert mic.say([0.0] * 13) == [Send(InputSpeechStopped("mic", 12 * 32.0, ignored="command"))]
+    assert next_turn(session).turn.truncates == [Truncation(turn_id, "Hello", 400.0)]
+
+
+def test_not_a_command_or_a_verdict_for_a_closed_loop_changes_nothing():
+    session, clock, mic = listening(speech=True)
+    turn_id = speaking_turn(session, clock)
+    [_, check] = mic.say([0.9] * 12 + [0.0] * 3)
+    assert session.command_verdict("mic", check.check_id, False) == []
+    assert session.command_verdict("other-stream", check.check_id, True) == []
+    assert session.open_turns == [turn_id]
+    assert mic.say([0.0] * 13) == [
+        Send(InputSpeechStopped("mic", 12 * 32.0, ignored="backchannel"))
+    ]
 
 
 def test_speech_while_the_assistant_is_silent_never_barges_in():
@@ -931,7 +962,10 @@ def test_a_backchannel_over_the_assistant_is_never_guessed_to_be_a_turn():
     session, clock, mic = listening(speech=True)
     turn_id = speaking_turn(session, clock)
     # 384 ms over the answer, then 224 ms of silence: still no turn
-    assert mic.say([0.9] * 12 + [0.0] * 7) == [Send(InputSpeechStarted("mic", 0.0))]
+    assert mic.say([0.9] * 12 + [0.0] * 7) == [
+        Send(InputSpeechStarted("mic", 0.0)),
+        CheckCommand("mic", 1, numbered(0, 15), ""),
+    ]
     assert mic.say([0.0] * 9) == [Send(InputSpeechStopped("mic", 12 * 32.0, ignored="backchannel"))]
     assert session.open_turns == [turn_id]
 

@@ -54,9 +54,8 @@ class _Blocking:
 
 
 async def test_the_judge_answers_none_once_max_waiting_verdicts_queue():
-    judge = TurnJudge(threads=1, max_waiting=2)
     model = _Blocking()
-    judge._model = model  # type: ignore[assignment]
+    judge = TurnJudge(threads=1, max_waiting=2, load=lambda: model)
     first = asyncio.ensure_future(judge.probability(b"a"))
     second = asyncio.ensure_future(judge.probability(b"b"))
     await asyncio.sleep(0)
@@ -68,13 +67,11 @@ async def test_the_judge_answers_none_once_max_waiting_verdicts_queue():
 
 
 async def test_a_failing_model_is_turn_model_unavailable():
-    judge = TurnJudge()
-
     class Broken:
         def probability(self, pcm: bytes) -> float:
             raise RuntimeError("onnx exploded")
 
-    judge._model = Broken()  # type: ignore[assignment]
+    judge = TurnJudge(load=Broken)
     with pytest.raises(TurnModelUnavailable, match="onnx exploded"):
         await judge.probability(b"x")
     judge.close()

@@ -7,6 +7,7 @@ from ws_edge.voice.loop import (
     FRAME_BYTES,
     FRAME_MS,
     BargeIn,
+    CommandCheck,
     SpeechEnded,
     SpeechPaused,
     SpeechResumed,
@@ -174,6 +175,7 @@ def test_short_speech_over_the_assistant_is_a_backchannel():
     events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 16, speaking=True)
     assert events == [
         SpeechStarted(at_ms=192.0),
+        CommandCheck(check_id=1, end_ms=18 * 32.0, pcm=frames(0, 6 + 12 + 3)),  # unanswered
         SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 6 + 12 + 16), backchannel=True),
     ]
     assert not any(isinstance(e, BargeIn) for e in events)
@@ -268,7 +270,7 @@ def test_a_backchannel_candidate_is_never_guessed_to_be_an_utterance():
     mic = Mic()
     # 12 x 32 = 384 ms over the assistant (< barge_in_ms), then 224 ms of silence: no guess
     events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 7, speaking=True)
-    assert events == [SpeechStarted(at_ms=192.0)]
+    assert events == [SpeechStarted(at_ms=192.0), CommandCheck(1, 18 * 32.0, frames(0, 21))]
     assert mic.feed([SILENCE] * 9, speaking=True) == [
         SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 6 + 12 + 16), backchannel=True)
     ]
@@ -372,6 +374,7 @@ def test_semantic_a_backchannel_candidate_keeps_the_silence_rule_and_asks_nothin
     events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 16, speaking=True)
     assert events == [
         SpeechStarted(at_ms=192.0),
+        CommandCheck(1, 18 * 32.0, frames(0, 21)),  # the spotter is asked, not the turn model
         SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 34), backchannel=True),
     ]
 
@@ -388,3 +391,106 @@ def test_eagerness_high_answers_sooner_and_low_waits_longer():
     high, medium, low = EAGERNESS["high"], EAGERNESS["medium"], EAGERNESS["low"]
     assert high.threshold < medium.threshold < low.threshold
     assert high.max_silence_ms < medium.max_silence_ms < low.max_silence_ms
+
+
+# ---- short commands over the assistant's voice -------------------------------------------
+
+
+def short_speech_then_check(mic: Mic) -> list:
+    """384 ms of speech over the voice (a backchannel by duration), then 96 ms of silence."""
+    return mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 3, speaking=True)
+
+
+def test_short_speech_over_the_voice_is_spotted_after_command_check_ms_of_silence():
+    mic = Mic()
+    events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 2, speaking=True)
+    assert events == [SpeechStarted(at_ms=192.0)]  # 64 ms of silence: not yet
+    assert mic.feed([SILENCE], speaking=True) == [
+        CommandCheck(check_id=1, end_ms=18 * 32.0, pcm=frames(0, 21))
+    ]
+    assert mic.feed([SILENCE] * 4, speaking=True) == []  # asked once per silence
+
+
+def test_a_command_interrupts_at_once_and_ends_as_a_command_not_a_turn():
+    mic = Mic()  # default rules: guessing on, so a real utterance would be guessed at 200 ms
+    assert short_speech_then_check(mic)[-1] == CommandCheck(1, 18 * 32.0, frames(0, 21))
+    assert mic.loop.command_verdict(1, True) == [BargeIn(at_ms=20 * 32.0)]
+    assert mic.loop.barged_in
+    # no guess at 200 ms: a bare command is not answered; the silence rule ends it
+    assert mic.feed([SILENCE] * 12, speaking=True) == []
+    assert mic.feed([SILENCE], speaking=True) == [
+        SpeechEnded(
+            start_ms=192.0,
+            end_ms=18 * 32.0,
+            pcm=frames(0, 6 + 12 + 16),
+            backchannel=False,
+            command=True,
+        )
+    ]
+    assert not mic.loop.barged_in  # reset for the next utterance
+
+
+def test_not_a_command_or_no_verdict_leaves_the_backchannel_rule():
+    for verdict in (False, None):
+        mic = Mic()
+        short_speech_then_check(mic)
+        assert mic.loop.command_verdict(1, verdict) == []
+        [ended] = mic.feed([SILENCE] * 13, speaking=True)
+        assert isinstance(ended, SpeechEnded)
+        assert ended.backchannel and not ended.command
+
+
+def test_a_verdict_on_speech_that_went_on_is_void_and_the_next_silence_asks_again():
+    mic = Mic(NO_GUESS)
+    short_speech_then_check(mic)
+    assert mic.feed([SPEECH] * 2, speaking=True) == []  # 448 ms of speech: still short
+    assert mic.loop.command_verdict(1, True) == []  # about words the user went on from
+    assert mic.feed([SILENCE] * 3, speaking=True) == [CommandCheck(2, 23 * 32.0, frames(0, 26))]
+    assert mic.loop.command_verdict(1, True) == []  # an old check's answer
+    assert mic.loop.command_verdict(2, True) == [BargeIn(at_ms=25 * 32.0)]
+
+
+def test_a_verdict_after_the_utterance_ended_is_void():
+    mic = Mic()
+    short_speech_then_check(mic)
+    [ended] = mic.feed([SILENCE] * 13, speaking=True)
+    assert ended.backchannel
+    assert mic.loop.command_verdict(1, True) == []
+
+
+def test_speech_after_a_command_makes_it_a_barged_in_utterance_and_a_turn():
+    mic = Mic()
+    short_speech_then_check(mic)
+    assert mic.loop.command_verdict(1, True) == [BargeIn(at_ms=20 * 32.0)]
+    assert mic.feed([SILENCE] * 3 + [SPEECH] * 20, speaking=True) == []  # "wait, ... Paris"
+    events = mic.feed([SILENCE] * 16, speaking=True)
+    assert [type(e) for e in events] == [SpeechPaused, SpeechEnded]  # guessed, then ended
+    assert not events[-1].backchannel and not events[-1].command
+    assert mic.loop.command_verdict(1, True) == []
+
+
+def test_speech_not_over_the_voice_or_after_a_barge_in_is_never_spotted():
+    mic = Mic(NO_GUESS)
+    assert [type(e) for e in mic.feed([SPEECH] * 12 + [SILENCE] * 16)] == [
+        SpeechStarted,
+        SpeechEnded,
+    ]
+    mic = Mic(NO_GUESS)
+    events = mic.feed([SPEECH] * 19 + [SILENCE] * 16, speaking=True)  # barged in by duration
+    assert [type(e) for e in events] == [SpeechStarted, BargeIn, SpeechEnded]
+
+
+def test_command_check_ms_of_zero_never_spots():
+    mic = Mic(VadRules(command_check_ms=0))
+    events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 16, speaking=True)
+    assert [type(e) for e in events] == [SpeechStarted, SpeechEnded]
+
+
+def test_semantic_a_bare_command_ends_on_the_silence_rule_without_asking_the_model():
+    mic = Mic()
+    mic.loop.turn = EAGERNESS["low"]  # the model would wait up to 4 s
+    short_speech_then_check(mic)
+    mic.loop.command_verdict(1, True)
+    events = mic.feed([SILENCE] * 13, speaking=True)
+    assert [type(e) for e in events] == [SpeechEnded]  # no SpeechPaused asking the model
+    assert events[0].command

