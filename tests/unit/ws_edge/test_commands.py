@@ -22,7 +22,8 @@ from ws_edge.voice.commands import COMMANDS, is_command, normalized
         ("un momento un momento un momento un", "es"),
         ("停。", "zh"),
         ("等一下", "zh"),
-        ("别说了\uff01", "zh")("Arrête !", "fr"),  # a full-width "!",
+        ("别说了\uff01", "zh"),  # a full-width "!"
+        ("Arrête !", "fr"),
         ("Tais-toi.", "fr"),
         ("Hör auf.", "de"),
         ("ちょっと待って", "ja"),
