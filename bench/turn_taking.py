@@ -16,8 +16,17 @@ verdict lands as many frames later as it took to compute (measured, not assumed)
 - the model's probability at the first pause, complete vs paused (AUC: how well it tells
   them apart on this set, whatever the threshold).
 
-    python -m bench.turn_taking                    # ~2 min on 2 cores
-    python -m bench.turn_taking --pause-ms 1200 --langs en zh
+The "+ words" rules add what the edge does when a guess runs: at the pause the utterance so
+far is transcribed as the preprocessing worker would (Whisper tiny.en for English, the
+multilingual base for the other languages, each with its short window), and its words land
+`PIPELINE_MS` after that transcription's CPU time (the Kafka and relay hops, from
+`bench.voice`); words that stop mid-sentence (`ws_edge.voice.unfinished`) keep the turn open.
+
+Two sets: `utterances.jsonl` (dev: the set the audio model was first measured on) and
+`utterances_heldout.jsonl` (other sentences, written before the word lists), reported apart.
+
+    python -m bench.turn_taking                    # ~6 min on 2 cores
+    python -m bench.turn_taking --pause-ms 1200 --langs en zh --sets dev
 
 Prints a table; writes bench/results/turn_taking.json and bench/figures/turn-taking.png.
 """
@@ -50,8 +59,13 @@ from ws_edge.voice.loop import (
 )
 from ws_edge.voice.speech_detector import SpeechDetector
 from ws_edge.voice.turn_model import TurnModel
+from ws_edge.voice.unfinished import sounds_unfinished
 
-SET = Path(__file__).parent / "turn_sets" / "utterances.jsonl"
+SETS = {
+    "dev": Path(__file__).parent / "turn_sets" / "utterances.jsonl",
+    "held-out": Path(__file__).parent / "turn_sets" / "utterances_heldout.jsonl",
+}
+PIPELINE_MS = 60.0  # submitted → transcribed → relayed back to the edge, less the ASR itself
 ESPEAK_VOICES = {"en": "en-us", "es": "es", "zh": "cmn", "fr": "fr", "de": "de"}
 LEAD_S = 0.3
 TAIL_S = 5.0  # longer than the longest wait (eagerness low: 4 s)
@@ -60,6 +74,8 @@ RULES: dict[str, TurnRules | None] = {
     "semantic high": EAGERNESS["high"],
     "semantic medium": EAGERNESS["medium"],
     "semantic low": EAGERNESS["low"],
+    "semantic high + words": EAGERNESS["high"],
+    "semantic medium + words": EAGERNESS["medium"],
 }
 
 
@@ -69,6 +85,7 @@ def progress(text: str) -> None:
 
 @dataclass(frozen=True)
 class Clip:
+    set: str
     lang: str
     voice: str
     kind: str  # complete | paused
@@ -89,7 +106,7 @@ def clips(rows: list[dict], pause_s: float) -> list[Clip]:
     out: list[Clip] = []
     joe = VOICES["joe"]()
     for i, row in enumerate(rows):
-        progress(f"speaking {i + 1}/{len(rows)} ({row['lang']})")
+        progress(f"speaking {i + 1}/{len(rows)} ({row['set']} {row['lang']})")
         voices: list[tuple[str, Voice]] = [("espeak", EspeakSpeaker(ESPEAK_VOICES[row["lang"]]))]
         if row["lang"] == "en":
             voices.append(("joe", joe))
@@ -99,6 +116,7 @@ def clips(rows: list[dict], pause_s: float) -> list[Clip]:
             whole = speech(voice, row["complete"])
             out.append(
                 Clip(
+                    row["set"],
                     row["lang"],
                     name,
                     "complete",
@@ -113,6 +131,7 @@ def clips(rows: list[dict], pause_s: float) -> list[Clip]:
             parts = [lead, first, gap, second, quiet_room(TAIL_S, seed=i + 3)]
             out.append(
                 Clip(
+                    row["set"],
                     row["lang"],
                     name,
                     "paused",
@@ -134,18 +153,60 @@ class Outcome:
     model_ms: float
 
 
-def run_clip(clip: Clip, turn: TurnRules | None, model: TurnModel, probs: list[float]) -> Outcome:
-    """The clip through the end-pointer; the model's verdicts land after their compute time."""
-    loop = VoiceLoop(VadRules(early_silence_ms=0), turn)
+class Ears:
+    """The guess's transcription as the preprocessing worker makes it (cached per audio)."""
+
+    def __init__(self) -> None:
+        from runtime.settings import Settings
+        from runtime.whisper_models import base_path
+        from workers.preprocess.asr import WhisperTranscriber
+
+        self.english = WhisperTranscriber(cpu_threads=1)
+        self.multilingual = WhisperTranscriber(
+            base_path(Settings().state_path / "models"), cpu_threads=1, language=None
+        )
+        self._heard: dict[tuple[int, str], tuple[str, float]] = {}
+
+    def hear(self, pcm: bytes, lang: str) -> tuple[str, float]:
+        """The words and the CPU ms they took."""
+        key = (hash(pcm), lang)
+        if key not in self._heard:
+            from workers.preprocess.vad import SpeechSegment
+
+            audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+            whisper = self.english if lang == "en" else self.multilingual
+            started = time.process_time()
+            heard = whisper.transcribe(audio, [SpeechSegment(0.0, len(audio) / 16_000)])
+            self._heard[key] = (heard.text, 1000 * (time.process_time() - started))
+        return self._heard[key]
+
+
+def run_clip(
+    clip: Clip,
+    turn: TurnRules | None,
+    model: TurnModel,
+    probs: list[float],
+    ears: Ears | None = None,
+) -> Outcome:
+    """The clip through the end-pointer; the model's verdicts land after their compute time,
+    and with `ears` (a guess at each pause) its words after their transcription's."""
+    loop = VoiceLoop(VadRules() if ears else VadRules(early_silence_ms=0), turn)
     frames = loop.append(clip.pcm)
-    pending: tuple[int, int, float, float] | None = None  # due frame, pause id, p, done at ms
+    # (due frame, pause id, answer, done at ms): the model's probability, the words' verdict
+    verdict: tuple[int, int, float, float] | None = None
+    words: tuple[int, int, bool, float] | None = None
     calls, spent, first = 0, 0.0, None
     for k, prob in enumerate(probs):
-        events = []
-        if pending is not None and k >= pending[0]:
-            _, pause_id, p, done_ms = pending
-            pending = None
+        if verdict is not None and k >= verdict[0]:
+            _, pause_id, p, done_ms = verdict
+            verdict = None
             for event in loop.turn_verdict(pause_id, p):
+                if isinstance(event, SpeechEnded):
+                    return Outcome(done_ms, event.end_ms, first, calls, spent)
+        if words is not None and k >= words[0]:
+            _, pause_id, unfinished, done_ms = words
+            words = None
+            for event in loop.words_verdict(pause_id, unfinished):
                 if isinstance(event, SpeechEnded):
                     return Outcome(done_ms, event.end_ms, first, calls, spent)
         events = loop.scored(
@@ -161,7 +222,12 @@ def run_clip(clip: Clip, turn: TurnRules | None, model: TurnModel, probs: list[f
                 took = (time.perf_counter() - started) * 1000
                 calls, spent = calls + 1, spent + took
                 first = p if first is None else first
-                pending = (k + 1 + math.ceil(took / FRAME_MS), event.pause_id, p, now_ms + took)
+                verdict = (k + 1 + math.ceil(took / FRAME_MS), event.pause_id, p, now_ms + took)
+            if isinstance(event, SpeechPaused) and event.guess and ears is not None:
+                text, asr_ms = ears.hear(event.pcm, clip.lang)
+                took = asr_ms + PIPELINE_MS
+                due = k + 1 + math.ceil(took / FRAME_MS)
+                words = (due, event.pause_id, sounds_unfinished(text, clip.lang), now_ms + took)
     return Outcome(None, None, first, calls, spent)
 
 
@@ -176,8 +242,16 @@ def auc(positives: list[float], negatives: list[float]) -> float:
 def summarise(results: list[dict]) -> list[dict]:
     rows = []
     groups = [*sorted({(r["lang"], r["voice"]) for r in results}), ("all", "all")]
-    for lang, voice in groups:
-        mine = [r for r in results if lang == "all" or (r["lang"], r["voice"]) == (lang, voice)]
+    sets = [*dict.fromkeys(r["set"] for r in results), "all"]
+    for set_name, (lang, voice) in ((s, g) for s in sets for g in groups):
+        mine = [
+            r
+            for r in results
+            if set_name in ("all", r["set"])
+            and (lang == "all" or (r["lang"], r["voice"]) == (lang, voice))
+        ]
+        if not mine:
+            continue
         for rule in RULES:
             runs = [r for r in mine if r["rule"] == rule]
             paused = [r for r in runs if r["kind"] == "paused"]
@@ -186,6 +260,7 @@ def summarise(results: list[dict]) -> list[dict]:
             calls = [r["model_calls"] for r in runs]
             rows.append(
                 {
+                    "set": set_name,
                     "lang": lang,
                     "voice": voice,
                     "rule": rule,
@@ -210,12 +285,12 @@ def summarise(results: list[dict]) -> list[dict]:
 def print_table(rows: list[dict], pause_ms: float) -> None:
     print(f"end of turn, {pause_ms:g} ms pauses mid-sentence (false end = cut off in the pause)")
     print(
-        f"{'lang':>4} {'voice':>7} {'rule':>16} {'false end':>10} {'wait mean':>10} "
+        f"{'set':>8} {'lang':>4} {'voice':>7} {'rule':>23} {'false end':>10} {'wait mean':>10} "
         f"{'p50/p90':>13} {'never':>6} {'calls':>6} {'ms/call':>8} {'AUC':>5}"
     )
     for r in rows:
         print(
-            f"{r['lang']:>4} {r['voice']:>7} {r['rule']:>16} "
+            f"{r['set']:>8} {r['lang']:>4} {r['voice']:>7} {r['rule']:>23} "
             f"{100 * r['false_end_rate']:>5.0f}% /{r['paused']:<3} {r['wait_mean_ms']:>8.0f}ms "
             f"{r['wait_p50_ms']:>6.0f}/{r['wait_p90_ms']:<6.0f} {r['never_ended']:>6} "
             f"{r['model_calls_per_clip']:>6.2f} {r['model_ms_per_call']:>8.1f} "
@@ -229,13 +304,15 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [g for g in dict.fromkeys((r["lang"], r["voice"]) for r in rows)]
-    labels = [f"{lang}\n{voice}" for lang, voice in groups]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    groups = [
+        g for g in dict.fromkeys((r["set"], r["lang"], r["voice"]) for r in rows) if g[0] != "all"
+    ]
+    labels = [f"{lang}\n{voice}\n{set_name}" for set_name, lang, voice in groups]
+    fig, (left, right) = plt.subplots(2, 1, figsize=(16, 9))
     width = 0.8 / len(RULES)
     x = np.arange(len(groups))
     for i, rule in enumerate(RULES):
-        mine = {(r["lang"], r["voice"]): r for r in rows if r["rule"] == rule}
+        mine = {(r["set"], r["lang"], r["voice"]): r for r in rows if r["rule"] == rule}
         left.bar(
             x + i * width, [100 * mine[g]["false_end_rate"] for g in groups], width, label=rule
         )
@@ -258,11 +335,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.turn_taking")
     parser.add_argument("--pause-ms", type=float, default=800.0)
     parser.add_argument("--langs", nargs="+", default=list(ESPEAK_VOICES))
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     args = parser.parse_args()
-    rows = [json.loads(line) for line in SET.read_text().splitlines() if line.strip()]
+    rows = [
+        {**json.loads(line), "set": name}
+        for name in args.sets
+        for line in SETS[name].read_text().splitlines()
+        if line.strip()
+    ]
     rows = [r for r in rows if r["lang"] in args.langs]
     made = clips(rows, args.pause_ms / 1000)
     model = TurnModel()
+    ears = Ears()
     results = []
     for i, clip in enumerate(made):
         if i % 10 == 0:
@@ -270,7 +354,7 @@ def main() -> None:
         detector = SpeechDetector()
         probs = detector.score(clip.pcm[: len(clip.pcm) - len(clip.pcm) % FRAME_BYTES])
         for rule, turn in RULES.items():
-            out = run_clip(clip, turn, model, probs)
+            out = run_clip(clip, turn, model, probs, ears if rule.endswith("words") else None)
             cut_off = (
                 clip.kind == "paused"
                 and out.ended_at_ms is not None
@@ -283,6 +367,7 @@ def main() -> None:
             )
             results.append(
                 {
+                    "set": clip.set,
                     "lang": clip.lang,
                     "voice": clip.voice,
                     "kind": clip.kind,

@@ -35,6 +35,7 @@ class Route:
     # the voice loop started it on a guess that the user stopped talking: nothing of it
     # reaches the client until the guess is confirmed; `withdrawn` when it proved wrong
     speculative: bool = False
+    pause_id: int = 0  # a guess: the voice loop's pause it was started at (its words answer it)
     withdrawn: bool = False
     # a guess whose answer may call the deployment's side-effecting tools: they wait for
     # its confirmation (marked in Redis), so the confirmation is told

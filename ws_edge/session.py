@@ -323,7 +323,7 @@ class Session(VoiceTurns):
             return []
         if not route.accepted or route.speculative or route.resuming is not None:
             route.held.append((event, position))
-            return []
+            return self._guess_heard(route, event) if route.speculative else []
         if position is not None:
             if route.position is not None and position <= route.position:
                 return []  # sent already (a resume's log and the live stream overlap)

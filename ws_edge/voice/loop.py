@@ -17,9 +17,12 @@ The shell scores each 32 ms frame with Silero VAD; this decides what the scores 
 - semantic end of turn (`semantic_vad`, when the loop has `TurnRules`): at the first pause
   (`TurnRules.check_ms` of silence) `SpeechPaused` asks the shell for the audio turn model's
   verdict (`turn_verdict`): a probability of completion at or over `threshold` ends the
-  utterance at once; under it, only `max_silence_ms` of silence does (the user pauses
-  mid-thought and is not cut off). No verdict (the model failed) falls back to the silence
-  rule. Speech over the assistant's voice that has not barged in stays on the silence rule;
+  utterance; under it, only `max_silence_ms` of silence does (the user pauses mid-thought
+  and is not cut off). When a guess started at that pause, its words weigh in too
+  (`words_verdict`, from its transcript): the model's "complete" waits for them (at most
+  `words_wait_ms`), and words that stop mid-sentence ("… get to the") make the pause an
+  unfinished one. No verdict (the model failed) falls back to the silence rule. Speech over
+  the assistant's voice that has not barged in stays on the silence rule;
 - barge-in: speech over the assistant's voice interrupts it once it lasts `barge_in_ms`.
   Shorter speech over the voice ("mm-hm", "yeah", ~200-500 ms) is a backchannel: it neither
   interrupts nor becomes a turn. Duration is the rule because it is known while the user is
@@ -60,6 +63,9 @@ class TurnRules:
     threshold: float = 0.5  # P(complete) from which the pause ends the turn
     max_silence_ms: float = 2_000.0  # a turn the model calls unfinished ends after this anyway
     check_ms: float = 200.0  # silence before the model is asked
+    # the model's "complete" waits this long for the words of the guess started at the pause
+    # (`words_verdict`); words that stop mid-sentence make it an unfinished pause. 0: sound only
+    words_wait_ms: float = 1_000.0
 
 
 # How eager a `semantic_vad` session is to answer: a lower bar for the model's verdict and a
@@ -134,6 +140,9 @@ class VoiceLoop:
         self.turn = turn  # semantic end of turn, or None: the silence rule alone
         self._pauses = 0  # SpeechPaused events so far (their ids)
         self._silence_limit: float | None = None  # set by a verdict for this utterance
+        self._words: bool | None = None  # the guess's words stop mid-sentence (None: not in)
+        self._words_pending = False  # a guess's words are expected for the current pause
+        self._complete_waiting = False  # the model said complete; waiting for the words
         self._pending = bytearray()  # audio not scored yet (less than a frame, or waiting)
         self._audio = bytearray()  # the utterance so far, or the pre-speech pad
         self._frames = 0  # frames scored since the stream began
@@ -194,6 +203,7 @@ class VoiceLoop:
                 self._command_asked = self._command = False
                 if self._paused:
                     self._paused, self._silence_limit = False, None  # the next pause is new
+                    self._forget_words()
                     events.append(SpeechResumed(n * FRAME_MS))
             spoken_ms = (self._last_speech - self._speech_start + 1) * FRAME_MS
             if not self._confirmed and spoken_ms >= rules.min_speech_ms:
@@ -216,6 +226,10 @@ class VoiceLoop:
                 self._paused = True
                 self._pauses += 1
                 semantic = self._semantic()
+                turn = self.turn
+                self._words_pending = (
+                    semantic and self._may_guess() and turn is not None and turn.words_wait_ms > 0
+                )
                 events.append(
                     SpeechPaused(
                         start_ms=self._speech_start * FRAME_MS,
@@ -235,15 +249,40 @@ class VoiceLoop:
         if not self._paused or pause_id != self._pauses or self._speech_start is None:
             return []
         turn = self.turn
+        silent_ms = (self._frames - 1 - self._last_speech) * FRAME_MS
         if probability is None or turn is None:
             self._silence_limit = self.rules.silence_ms
-        elif probability >= turn.threshold:
-            return self._end()
-        else:
+        elif probability < turn.threshold or self._words:
             self._silence_limit = turn.max_silence_ms
-        if (self._frames - 1 - self._last_speech) * FRAME_MS >= self._silence_limit:
+        elif self._words_pending:  # complete by its sound: do the words agree?
+            self._complete_waiting = True
+            self._silence_limit = min(turn.max_silence_ms, silent_ms + turn.words_wait_ms)
+        else:
+            return self._end()
+        if silent_ms >= self._silence_limit:
             return self._end()
         return []
+
+    def words_verdict(self, pause_id: int, unfinished: bool | None) -> list[VoiceEvent]:
+        """The words of the guess started at `SpeechPaused(pause_id)`: whether they stop
+        mid-sentence, or None when none will come (the guess was refused or failed). Words
+        that stop mid-sentence make the pause an unfinished one (only `max_silence_ms` of
+        silence ends it); otherwise a "complete" the model gave ends the utterance now."""
+        if not self._paused or pause_id != self._pauses or self._speech_start is None:
+            return []
+        self._words_pending = False
+        self._words = unfinished
+        turn = self.turn
+        if not self._complete_waiting or turn is None:
+            return []  # the model has not answered: its verdict reads the words
+        self._complete_waiting = False
+        if not unfinished:
+            return self._end()
+        self._silence_limit = turn.max_silence_ms
+        return []
+
+    def _forget_words(self) -> None:
+        self._words, self._words_pending, self._complete_waiting = None, False, False
 
     def command_verdict(self, check_id: int, command: bool | None) -> list[VoiceEvent]:
         """The keyword spotter's answer to `CommandCheck(check_id)`: a command interrupts the
@@ -319,6 +358,7 @@ class VoiceLoop:
         self._speech_start = None
         self._paused, self._silence_limit = False, None
         self._command_asked = self._command = False
+        self._forget_words()
         confirmed, self._confirmed, self._barged = self._confirmed, False, False
         if not confirmed:
             return []  # a click: never announced, nothing to report

@@ -13,8 +13,11 @@ import base64
 import msgspec
 
 from schemas.events import (
+    AnyEvent,
+    InputTranscribed,
     SpeechSettings,
     Truncation,
+    TurnCompleted,
     TurnTruncated,
 )
 from ws_edge.actions import (
@@ -60,6 +63,7 @@ from ws_edge.voice.loop import (
     VoiceEvent,
     VoiceLoop,
 )
+from ws_edge.voice.unfinished import sounds_unfinished
 
 
 class VoiceTurns:
@@ -239,9 +243,12 @@ class VoiceTurns:
                 if not event.guess:
                     return check
                 try:
-                    return [*self._speculate(detection, event), *check]
+                    guess = self._speculate(detection, event)
                 except EdgeError:  # a guess is best effort: the utterance's end decides
-                    return check
+                    guess = []
+                if not guess:  # no guess, no words to wait for
+                    return [*self._words_heard(event.pause_id, None), *check]
+                return [*guess, *check]
             case SpeechResumed():
                 return self._withdraw()
             case CommandCheck(check_id=check_id, pcm=pcm):
@@ -270,8 +277,28 @@ class VoiceTurns:
         actions = self._submit_utterance(detection, paused.pcm, paused.end_ms, speculative=True)
         turn_id = next(reversed(self._routes))
         self._routes[turn_id].speculative = True
+        self._routes[turn_id].pause_id = paused.pause_id
         self._speculative = turn_id
         return actions
+
+    def _guess_heard(self, route: Route, event: AnyEvent) -> list[Action]:
+        """A frame of the guess still running: its transcript says whether the words stop
+        mid-sentence (the semantic end of turn weighs them); a guess that ended without one
+        says none will come."""
+        if isinstance(event, InputTranscribed):
+            detection = self._detection
+            language = event.language or (detection.language if detection else None) or "en"
+            return self._words_heard(route.pause_id, sounds_unfinished(event.text, language))
+        if isinstance(event, TurnCompleted):
+            return self._words_heard(route.pause_id, None)
+        return []
+
+    def _words_heard(self, pause_id: int, unfinished: bool | None) -> list[Action]:
+        loop, detection = self._voice_loop, self._detection
+        if loop is None or detection is None:
+            return []
+        events = loop.words_verdict(pause_id, unfinished)
+        return self._handle_voice(detection.stream_id, detection, events)
 
     def _confirm(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action] | None:
         """The guess was right: the client hears of the turn now, with what it produced."""

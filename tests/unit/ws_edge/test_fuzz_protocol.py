@@ -59,6 +59,8 @@ from schemas.turn_log import LogPosition, ResumePlan
 from tests.unit.schemas.test_fuzz_codec import json_values, msgspec_strategy
 from ws_edge.actions import (
     Action,
+    CheckCommand,
+    CheckTurn,
     Close,
     DetectSpeech,
     DropAudio,
@@ -509,6 +511,8 @@ class World:
                 case ResumeTurn():  # ... and the turn's recorded owner against these
                     assert (action.owner, action.tenant_id) == (user.owner, user.tenant_id)
                 case Send() | SubmitTurn() | Close() | DetectSpeech():
+                    pass
+                case CheckTurn() | CheckCommand():  # the session's own audio, no turn
                     pass
                 case _:  # a newer action for the shell: it must name the session's user
                     self._check_new_action(client, action)

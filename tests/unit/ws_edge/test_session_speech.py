@@ -10,6 +10,8 @@ from harness.factories import completed
 from runtime.blobs import sha256_hex
 from schemas.events import (
     ErrorInfo,
+    FinishReason,
+    InputTranscribed,
     MediaKind,
     MediaRef,
     SpeechAudio,
@@ -43,6 +45,7 @@ from ws_edge.messages import (
     ErrorEvent,
     InputSpeechStarted,
     InputSpeechStopped,
+    InputTranscript,
     ResponseAudio,
     ResponseAudioDone,
     ResponseDelta,
@@ -1196,12 +1199,49 @@ def test_semantic_vad_guesses_and_asks_the_model_at_a_pause_then_answers_on_its_
     assert check == CheckTurn("mic", check.pause_id, numbered(0, 23))
     assert session.submit_succeeded(turn_id) == []  # unseen until the end of turn
     assert mic.say([0.0] * 3) == []
-    # the model says the user finished: the turn is theirs at once, 320 ms after the speech
-    assert session.turn_verdict("mic", check.pause_id, 0.97) == [
+    # the model says the user finished: its sound is complete, the guess's words decide
+    assert session.turn_verdict("mic", check.pause_id, 0.97) == []
+    heard = InputTranscribed(turn_id=turn_id, text="What time is it?", segments=[], audio_s=0.3)
+    # the words end a sentence: the turn is the user's at once, with what it heard
+    assert session.relay(heard) == [
         Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id)),
         Send(TurnAccepted(turn_id, "c1")),
+        Send(InputTranscript(turn_id, "What time is it?", [], 0.3)),
     ]
     assert session.open_turns == [turn_id]
+
+
+def test_semantic_vad_keeps_listening_when_the_guess_stops_mid_sentence():
+    session, _, mic = semantic()
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [submit, check] = mic.say([0.0])
+    turn_id = submit.turn.turn_id
+    session.submit_succeeded(turn_id)
+    assert session.turn_verdict("mic", check.pause_id, 0.97) == []  # sounds finished...
+    words = "Can you tell me how to get to the"
+    heard = InputTranscribed(turn_id=turn_id, text=words, segments=[], audio_s=0.3)
+    assert session.relay(heard) == []  # ... the words are not: the user is not cut off
+    assert mic.say([0.0] * 20) == []  # 864 ms of silence, still listening
+    # the rest of the sentence: the guess is withdrawn, the whole utterance answered later
+    assert RequestCancel(turn_id, "c1", "withdrawn") in mic.say([0.9] * 5)
+
+
+def test_semantic_vad_a_guess_that_fails_without_words_ends_a_complete_turn():
+    session, _, mic = semantic()
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [submit, check] = mic.say([0.0])
+    turn_id = submit.turn.turn_id
+    session.submit_succeeded(turn_id)
+    assert session.turn_verdict("mic", check.pause_id, 0.97) == []
+    failed = completed(
+        turn_id,
+        conversation_id="c1",
+        text="",
+        finish_reason=FinishReason.ERROR,
+        error=ErrorInfo(code="no_speech", message="no speech"),
+    )
+    actions = session.relay(failed)
+    assert Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id)) in actions
 
 
 def test_semantic_vad_waits_out_a_pause_the_model_calls_unfinished():

@@ -304,12 +304,14 @@ def test_early_silence_ms_of_zero_or_at_least_silence_ms_never_guesses():
 
 
 # ---- semantic end of turn (the audio turn model decides at each pause) -----------------------
-SEMANTIC = TurnRules(threshold=0.5, max_silence_ms=1_000.0, check_ms=96.0)  # 3 frames
+# 3 frames; the sound alone (the words' part has tests of its own below)
+SEMANTIC = TurnRules(threshold=0.5, max_silence_ms=1_000.0, check_ms=96.0, words_wait_ms=0)
+WORDS = TurnRules(threshold=0.5, max_silence_ms=1_000.0, check_ms=96.0, words_wait_ms=320.0)
 
 
-def semantic_mic(rules: VadRules | None = None) -> Mic:
+def semantic_mic(rules: VadRules | None = None, turn: TurnRules = SEMANTIC) -> Mic:
     mic = Mic(rules)
-    mic.loop = VoiceLoop(rules or VadRules(), SEMANTIC)
+    mic.loop = VoiceLoop(rules or VadRules(), turn)
     return mic
 
 
@@ -494,3 +496,74 @@ def test_semantic_a_bare_command_ends_on_the_silence_rule_without_asking_the_mod
     events = mic.feed([SILENCE] * 13, speaking=True)
     assert [type(e) for e in events] == [SpeechEnded]  # no SpeechPaused asking the model
     assert events[0].command
+
+
+# ---- semantic end of turn: the words of the guess weigh in ---------------------------------
+
+
+def words_mic() -> tuple[Mic, SpeechPaused]:
+    """Speech, then 96 ms of silence: the model is asked and a guess starts."""
+    mic = semantic_mic(turn=WORDS)
+    pause = paused(mic.feed([SILENCE] * 6 + [SPEECH] * 10 + [SILENCE] * 3))
+    assert pause.guess
+    return mic, pause
+
+
+def test_words_a_complete_sound_waits_for_the_words_and_finished_words_end_the_turn():
+    mic, pause = words_mic()
+    assert mic.loop.turn_verdict(pause.pause_id, 0.9) == []  # complete by its sound: wait
+    assert mic.feed([SILENCE] * 2) == []
+    [ended] = mic.loop.words_verdict(pause.pause_id, False)  # "... the train station?"
+    assert isinstance(ended, SpeechEnded) and ended.end_ms == 16 * 32.0
+
+
+def test_words_that_stop_mid_sentence_keep_listening_until_max_silence():
+    mic, pause = words_mic()
+    assert mic.loop.turn_verdict(pause.pause_id, 0.9) == []
+    assert mic.loop.words_verdict(pause.pause_id, True) == []  # "... how to get to the"
+    # 700 ms of silence: the sound alone would have ended it at 96 ms
+    assert mic.feed([SILENCE] * 19) == []
+    assert mic.feed([SPEECH] * 5) == [SpeechResumed(at_ms=38 * 32.0)]  # "... train station"
+    second = paused(mic.feed([SILENCE] * 3))
+    assert mic.loop.words_verdict(second.pause_id, False) == []  # before the model: kept
+    [ended] = mic.loop.turn_verdict(second.pause_id, 0.9)
+    assert isinstance(ended, SpeechEnded) and ended.end_ms == 43 * 32.0
+
+
+def test_words_unfinished_before_the_model_answers_still_hold_the_turn():
+    mic, pause = words_mic()
+    assert mic.loop.words_verdict(pause.pause_id, True) == []
+    assert mic.loop.turn_verdict(pause.pause_id, 0.99) == []
+    assert mic.feed([SILENCE] * 28) == []  # 96 + 28 x 32 = 992 ms < 1000
+    [ended] = mic.feed([SILENCE])
+    assert isinstance(ended, SpeechEnded)
+
+
+def test_words_that_never_come_end_the_turn_after_words_wait_ms():
+    mic, pause = words_mic()
+    assert mic.loop.turn_verdict(pause.pause_id, 0.9) == []
+    assert mic.feed([SILENCE] * 9) == []  # 96 + 288 = 384 ms < 96 + 320
+    [ended] = mic.feed([SILENCE])  # 416 ms: the words' wait is over
+    assert isinstance(ended, SpeechEnded)
+
+
+def test_words_none_coming_end_a_complete_turn_at_once():
+    mic, pause = words_mic()
+    assert mic.loop.turn_verdict(pause.pause_id, 0.9) == []
+    [ended] = mic.loop.words_verdict(pause.pause_id, None)  # the guess was refused
+    assert isinstance(ended, SpeechEnded)
+
+
+def test_words_of_an_old_pause_are_void_and_the_model_alone_ends_without_a_guess():
+    mic, pause = words_mic()
+    mic.feed([SPEECH] * 3)
+    second = paused(mic.feed([SILENCE] * 3))
+    assert mic.loop.words_verdict(pause.pause_id, True) == []  # void: about the first pause
+    assert mic.loop.turn_verdict(second.pause_id, 0.9) == []  # waits for the second's words
+    [ended] = mic.loop.words_verdict(second.pause_id, False)
+    assert isinstance(ended, SpeechEnded)
+    no_guess = semantic_mic(NO_GUESS, turn=WORDS)  # no guess, no words to wait for
+    pause = paused(no_guess.feed([SPEECH] * 10 + [SILENCE] * 3))
+    assert not pause.guess
+    [ended] = no_guess.loop.turn_verdict(pause.pause_id, 0.9)
+    assert isinstance(ended, SpeechEnded)

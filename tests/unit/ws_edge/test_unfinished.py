@@ -1,0 +1,51 @@
+"""Words that stop mid-sentence (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ws_edge.voice.unfinished import CLOSED_CLASS, sounds_unfinished
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("Can you tell me how to get to the", "en"),
+        ("I would like to book a table for.", "en"),  # Whisper's period does not finish it
+        ("Please remind me to call my", "en"),
+        ("So I was thinking, um", "en"),
+        ("What about the weather in...", "en"),  # trailing off
+        ("I want to go to Paris,", "en"),
+        ("Quiero reservar una mesa para", "es"),
+        ("Je pense que le problème, c'est que la", "fr"),
+        ("Wie wird das Wetter morgen in", "de"),
+        ("我要给我弟弟买一个", "zh"),
+        ("駅までの道を", "ja"),
+    ],
+)
+def test_unfinished(text: str, language: str):
+    assert sounds_unfinished(text, language)
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("Can you tell me how to get to the train station?", "en"),
+        ("What is that", "en"),  # "that" and "this" end sentences too: not listed
+        ("Turn off the lights and mach das Licht aus", "de"),
+        ("Stell einen Wecker und mach das Licht aus.", "de"),  # a separable particle
+        ("Was ist das", "de"),
+        ("天空为什么是蓝色的", "zh"),  # a sentence-final 的
+        ("¿Qué hora es?", "es"),
+        ("", "en"),
+        ("The sky is blue and", "xx"),  # a language without a list: the sound decides
+    ],
+)
+def test_finished(text: str, language: str):
+    assert not sounds_unfinished(text, language)
+
+
+def test_the_lists_are_lower_case_single_words_or_cjk():
+    for language, words in CLOSED_CLASS.items():
+        for word in words:
+            assert word == word.lower() and " " not in word, (language, word)
