@@ -19,8 +19,9 @@ verdict lands as many frames later as it took to compute (measured, not assumed)
 The "+ words" rules add what the edge does when a guess runs: at the pause the utterance so
 far is transcribed as the preprocessing worker would (Whisper tiny.en for English, the
 multilingual base for the other languages, each with its short window), and its words land
-`PIPELINE_MS` after that transcription's CPU time (the Kafka and relay hops, from
-`bench.voice`); words that stop mid-sentence (`ws_edge.voice.unfinished`) keep the turn open.
+`PIPELINE_MS` after that transcription's CPU time and the text model's (English: the
+worker's `sentence_end`; the Kafka and relay hops, from `bench.voice`); words that stop
+mid-sentence (`ws_edge.voice.unfinished`) keep the turn open.
 
 Two sets: `utterances.jsonl` (dev: the set the audio model was first measured on) and
 `utterances_heldout.jsonl` (other sentences, written before the word lists), reported apart.
@@ -59,7 +60,7 @@ from ws_edge.voice.loop import (
 )
 from ws_edge.voice.speech_detector import SpeechDetector
 from ws_edge.voice.turn_model import TurnModel
-from ws_edge.voice.unfinished import sounds_unfinished
+from ws_edge.voice.unfinished import guess_unfinished
 
 SETS = {
     "dev": Path(__file__).parent / "turn_sets" / "utterances.jsonl",
@@ -158,17 +159,21 @@ class Ears:
 
     def __init__(self) -> None:
         from runtime.settings import Settings
+        from runtime.smollm2 import default_model_dir
         from runtime.whisper_models import base_path
         from workers.preprocess.asr import WhisperTranscriber
+        from workers.preprocess.sentence_end import SentenceEnd
 
         self.english = WhisperTranscriber(cpu_threads=1)
         self.multilingual = WhisperTranscriber(
             base_path(Settings().state_path / "models"), cpu_threads=1, language=None
         )
-        self._heard: dict[tuple[int, str], tuple[str, float]] = {}
+        self.sentence_end = SentenceEnd(default_model_dir(Settings()))
+        self._heard: dict[tuple[int, str], tuple[str, float, float]] = {}
 
-    def hear(self, pcm: bytes, lang: str) -> tuple[str, float]:
-        """The words and the CPU ms they took."""
+    def hear(self, pcm: bytes, lang: str) -> tuple[str, float, float]:
+        """The words, the CPU ms they took (the text model's included) and the text model's
+        P(the message ends here) (-1: not judged)."""
         key = (hash(pcm), lang)
         if key not in self._heard:
             from workers.preprocess.vad import SpeechSegment
@@ -177,7 +182,9 @@ class Ears:
             whisper = self.english if lang == "en" else self.multilingual
             started = time.process_time()
             heard = whisper.transcribe(audio, [SpeechSegment(0.0, len(audio) / 16_000)])
-            self._heard[key] = (heard.text, 1000 * (time.process_time() - started))
+            ends = self.sentence_end.probability(heard.text, heard.language)
+            spent = 1000 * (time.process_time() - started)
+            self._heard[key] = (heard.text, spent, ends)
         return self._heard[key]
 
 
@@ -224,10 +231,11 @@ def run_clip(
                 first = p if first is None else first
                 verdict = (k + 1 + math.ceil(took / FRAME_MS), event.pause_id, p, now_ms + took)
             if isinstance(event, SpeechPaused) and event.guess and ears is not None:
-                text, asr_ms = ears.hear(event.pcm, clip.lang)
+                text, asr_ms, ends = ears.hear(event.pcm, clip.lang)
                 took = asr_ms + PIPELINE_MS
                 due = k + 1 + math.ceil(took / FRAME_MS)
-                words = (due, event.pause_id, sounds_unfinished(text, clip.lang), now_ms + took)
+                unfinished = guess_unfinished(text, clip.lang, ends)
+                words = (due, event.pause_id, unfinished, now_ms + took)
     return Outcome(None, None, first, calls, spent)
 
 

@@ -199,6 +199,13 @@ class Settings:
         "Whisper reads speech under ~18 s in a 10 or 20 s window instead of its fixed 30 s "
         "(~2.7x less CPU for a spoken question, same words); false: always 30 s.",
     )
+    sentence_end_model: bool = _var(
+        "TURNSTREAM_SENTENCE_END_MODEL",
+        True,
+        "Preprocessing: a text model (the bundled SmolLM2) reads each English guess of the "
+        "voice loop and says whether the message ends there (~90 ms of a core per guess); "
+        "semantic_vad keeps listening when it does not. false: word lists alone.",
+    )
     image_size: int = _var(
         "TURNSTREAM_IMAGE_SIZE", 336, "Side of the square the vision model reads (pixels)."
     )

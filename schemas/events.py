@@ -451,6 +451,9 @@ class InputTranscribed(Event, frozen=True, tag="input.transcribed"):
     segments: list[TranscriptSegment]
     audio_s: float
     language: str = ""  # ISO 639-1 as heard ("" unknown)
+    # a guess of the voice loop: P(the user's message ends after `text`), from a text model
+    # (workers.preprocess.sentence_end); -1: not judged (another language, or not a guess)
+    ends_sentence: float = -1.0
 
 
 class TurnCancelled(Event, frozen=True, tag="turn.cancelled"):

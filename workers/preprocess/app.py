@@ -12,10 +12,12 @@ from moderation.image_screen import ImageScreen
 from moderation.input_gate import InputGate
 from moderation.screen import InputScreen, SafetyConfig
 from runtime.settings import Settings
+from runtime.smollm2 import default_model_dir
 from runtime.whisper_models import base_path
 from schemas.ids import now_ms
 from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
 from workers.preprocess import text_language
+from workers.preprocess.sentence_end import SentenceEnd
 from workers.preprocess.service import PreprocessConfig, PreprocessService
 from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
@@ -48,6 +50,14 @@ def asr_model_path(settings: Settings) -> Path | None:
     raise ValueError(
         f"TURNSTREAM_ASR_MODEL={settings.asr_model!r}: expected tiny.en or multilingual"
     )
+
+
+def build_sentence_end(settings: Settings) -> SentenceEnd | None:
+    """The text model that judges the voice loop's guesses (None: off); it loads on the
+    first guess (~1 s), in the speech pipeline's thread."""
+    if not settings.sentence_end_model:
+        return None
+    return SentenceEnd(default_model_dir(settings))
 
 
 def build_gate(settings: Settings, clients: WorkerClients) -> InputGate | None:
@@ -89,6 +99,7 @@ async def run_preprocessor(
         ),
         clock_ms=now_ms,
         gate=build_gate(settings, clients),
+        sentence_end=build_sentence_end(settings),
     )
     loop = clients.consume_loop(service.handle, service.fail_turn, settings.max_preprocess_inflight)
     try:

@@ -42,6 +42,7 @@ from schemas.events import (
 )
 from schemas.ids import now_ms
 from workers.preprocess.errors import MediaMissing, PreprocessError
+from workers.preprocess.sentence_end import NOT_JUDGED, SentenceEnd
 from workers.preprocess.text_language import detect as detect_text_language
 from workers.preprocess.vision import VisionPipeline
 from workers.runtime.keyed_locks import KeyedLocks
@@ -86,7 +87,9 @@ class PreprocessService:
         config: PreprocessConfig,
         clock_ms: Callable[[], float],
         gate: InputGate | None = None,
+        sentence_end: SentenceEnd | None = None,
     ) -> None:
+        self.sentence_end = sentence_end  # judges the voice loop's guesses (None: off)
         self.redis = redis
         self.producer = producer
         self.relay = relay
@@ -178,6 +181,11 @@ class PreprocessService:
                 transcript = heard.segments
                 language = language or heard.language
                 texts.append(heard.text)
+                ends = NOT_JUDGED
+                if turn.speculative and self.sentence_end is not None:  # the edge waits on it
+                    ends = await asyncio.to_thread(
+                        self.sentence_end.probability, heard.text, heard.language
+                    )
                 await self.relay.publish_confirmed(  # before the answer can start
                     self.names.edge_channel(turn.edge_id),
                     InputTranscribed(
@@ -186,6 +194,7 @@ class PreprocessService:
                         segments=heard.segments,
                         audio_s=heard.audio_s,
                         language=heard.language,
+                        ends_sentence=ends,
                     ),
                 )
             else:

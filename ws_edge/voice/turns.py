@@ -63,7 +63,7 @@ from ws_edge.voice.loop import (
     VoiceEvent,
     VoiceLoop,
 )
-from ws_edge.voice.unfinished import sounds_unfinished
+from ws_edge.voice.unfinished import guess_unfinished
 
 
 class VoiceTurns:
@@ -288,7 +288,8 @@ class VoiceTurns:
         if isinstance(event, InputTranscribed):
             detection = self._detection
             language = event.language or (detection.language if detection else None) or "en"
-            return self._words_heard(route.pause_id, sounds_unfinished(event.text, language))
+            unfinished = guess_unfinished(event.text, language, event.ends_sentence)
+            return self._words_heard(route.pause_id, unfinished)
         if isinstance(event, TurnCompleted):
             return self._words_heard(route.pause_id, None)
         return []

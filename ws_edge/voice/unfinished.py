@@ -71,6 +71,10 @@ CLOSED_CLASS: dict[str, frozenset[str]] = {
 }
 # fmt: on
 
+# below this P(the message ends here) from the preprocessing worker's text model (English), the
+# words stop mid-sentence: true texts of half sentences score <= 0.002 and whole ones >= 0.1
+ENDS_SENTENCE_BAR = 0.01
+
 TRAILING_OFF = ("...", "…", ",", "\uff0c", "、", "-", "—")  # \uff0c: a full-width comma
 _NO_SPACES = frozenset({"zh", "ja"})
 
@@ -91,3 +95,11 @@ def sounds_unfinished(text: str, language: str) -> bool:
         compact = said.replace(" ", "")
         return any(compact.endswith(word) for word in words)
     return bool(said) and said.split()[-1] in words
+
+
+def guess_unfinished(text: str, language: str, ends_sentence: float = -1.0) -> bool:
+    """The words of a guess stop mid-sentence: by the word lists, or by the text model's
+    probability that the message ends there (`ends_sentence`, -1: not judged)."""
+    if 0.0 <= ends_sentence < ENDS_SENTENCE_BAR:
+        return True
+    return sounds_unfinished(text, language)

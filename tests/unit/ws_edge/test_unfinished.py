@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ws_edge.voice.unfinished import CLOSED_CLASS, sounds_unfinished
+from ws_edge.voice.unfinished import CLOSED_CLASS, guess_unfinished, sounds_unfinished
 
 
 @pytest.mark.parametrize(
@@ -49,3 +49,10 @@ def test_the_lists_are_lower_case_single_words_or_cjk():
     for language, words in CLOSED_CLASS.items():
         for word in words:
             assert word == word.lower() and " " not in word, (language, word)
+
+
+def test_the_text_models_probability_weighs_in_when_judged():
+    assert guess_unfinished("Is it safe to eat raw?", "en", 0.002)  # the lists miss it
+    assert not guess_unfinished("Is it safe to eat raw eggs?", "en", 0.31)
+    assert not guess_unfinished("Is it safe to eat raw?", "en", -1.0)  # not judged
+    assert guess_unfinished("Tell me about the", "en", 0.4)  # the lists still count

@@ -1,0 +1,69 @@
+"""Does the user's message end here? A text model's answer for the voice loop's guesses.
+
+The edge ends a spoken turn on a pause when the audio turn model says the user finished and
+the words of the guess started at that pause agree (`ws_edge.voice.unfinished`). Word lists
+catch a sentence that stops on "the" or "and"; a language model also catches one that stops
+on "… why the sky is" or "… eat raw". The bundled SmolLM2-135M-Instruct (the default
+engine's model, `runtime.smollm2`) reads the transcript as the start of a user message and
+gives the probability that the message ends there: the next token is `<|im_end|>` or a
+sentence's final punctuation, the transcript's own trailing punctuation removed (Whisper
+puts "?" after half a question). One forward pass, ~90 ms of one core for a spoken question.
+
+English only (the model's language); other languages get -1 (not judged: the word lists
+decide). Only for guesses (`TurnSubmitted.speculative`): nothing else waits on it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+NOT_JUDGED = -1.0
+LANGUAGES = frozenset({"en", ""})  # "": tiny.en's transcripts (English only) carry no language
+_TRAILING = re.compile(r"[\s.?!…,;:]+$")
+
+
+class SentenceEnd:
+    """Blocking (call it in a thread); the model loads on first use, or with `load()`."""
+
+    def __init__(self, model_dir: Path, *, threads: int = 1) -> None:
+        self._model_dir = model_dir
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._ends: list[int] = []
+
+    def load(self) -> None:
+        with self._lock:
+            self._load_locked()
+
+    def _load_locked(self) -> None:
+        if self._model is not None:
+            return
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(self._threads)
+        tokenizer: Any = AutoTokenizer.from_pretrained(self._model_dir)
+        model = AutoModelForCausalLM.from_pretrained(self._model_dir, dtype=torch.float32)
+        end_of_message = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        marks = [tokenizer.encode(m, add_special_tokens=False)[0] for m in (".", "?", "!")]
+        self._tokenizer, self._model = tokenizer, model.eval()
+        self._ends = [end_of_message, *marks]
+
+    def probability(self, text: str, language: str = "") -> float:
+        """P(the message ends after `text`), or `NOT_JUDGED` for another language or no text."""
+        words = _TRAILING.sub("", text.strip())
+        if language not in LANGUAGES or not words:
+            return NOT_JUDGED
+        import torch
+
+        with self._lock:
+            self._load_locked()
+            ids = self._tokenizer(f"<|im_start|>user\n{words}", return_tensors="pt").input_ids
+            with torch.no_grad():
+                logits = self._model(ids).logits[0, -1]
+            return round(float(torch.softmax(logits, -1)[self._ends].sum()), 6)
