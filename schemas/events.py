@@ -301,6 +301,9 @@ class TurnSubmitted(Event, frozen=True, tag="turn.submitted"):
     # the voice loop's turns: wall clock when the user's speech ended, as the edge heard the
     # audio arrive (before `submitted_at_ms`: the end-of-turn wait); 0: typed, or a clip
     speech_ended_at_ms: float = 0.0
+    # a guess whose end of turn waits on its words (semantic_vad): preprocessing sends the
+    # text model's `InputTranscribed.ends_sentence` with its transcript
+    judge_sentence_end: bool = False
 
 
 class SafetyStage(enum.StrEnum):

@@ -804,6 +804,7 @@ class Session(VoiceTurns):
         *,
         speculative: bool = False,
         speech_ended_at_ms: float = 0.0,
+        judge_sentence_end: bool = False,
     ) -> list[Action]:
         self._check_room()
         turn_id = turn_id_for(principal, msg.conversation_id, msg.client_turn_id)
@@ -853,6 +854,7 @@ class Session(VoiceTurns):
             tool_results=tool_results,
             speculative=speculative,
             speech_ended_at_ms=round(speech_ended_at_ms, 3),
+            judge_sentence_end=judge_sentence_end,
         )
         route = Route(msg.conversation_id, msg.client_turn_id, speech=speech is not None)
         route.carried = turn.truncates

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -60,6 +61,13 @@ def build_sentence_end(settings: Settings) -> SentenceEnd | None:
     return SentenceEnd(default_model_dir(settings))
 
 
+def _warm(sentence_end: SentenceEnd) -> None:
+    try:
+        sentence_end.load()
+    except Exception as exc:  # each guess then goes without it (its words' lists decide)
+        log.warning("the sentence-end model did not load: %s", exc)
+
+
 def build_gate(settings: Settings, clients: WorkerClients) -> InputGate | None:
     """The input screen (None when screening is off); its profanity model loads on first
     use, or earlier through `warm_screen`."""
@@ -83,6 +91,9 @@ async def run_preprocessor(
 ) -> AsyncIterator[RunningService[PreprocessService]]:
     text_language.warm()  # before joining the group: a worker without its model stops here
     clients = WorkerClients.build(settings, CONSUMER_GROUP, TURNS_SUBMITTED)
+    sentence_end = build_sentence_end(settings)
+    if sentence_end is not None:  # ~1 s, off the loop: the first guess must not wait for it
+        asyncio.get_running_loop().run_in_executor(None, _warm, sentence_end)
     service = PreprocessService(
         redis=clients.redis,
         producer=clients.producer,
@@ -99,7 +110,7 @@ async def run_preprocessor(
         ),
         clock_ms=now_ms,
         gate=build_gate(settings, clients),
-        sentence_end=build_sentence_end(settings),
+        sentence_end=sentence_end,
     )
     loop = clients.consume_loop(service.handle, service.fail_turn, settings.max_preprocess_inflight)
     try:

@@ -182,10 +182,8 @@ class PreprocessService:
                 language = language or heard.language
                 texts.append(heard.text)
                 ends = NOT_JUDGED
-                if turn.speculative and self.sentence_end is not None:  # the edge waits on it
-                    ends = await asyncio.to_thread(
-                        self.sentence_end.probability, heard.text, heard.language
-                    )
+                if turn.judge_sentence_end:  # the edge's end of turn waits on it
+                    ends = await self._sentence_end(heard.text, heard.language)
                 await self.relay.publish_confirmed(  # before the answer can start
                     self.names.edge_channel(turn.edge_id),
                     InputTranscribed(
@@ -208,6 +206,17 @@ class PreprocessService:
             language=language,
             preprocess_ms=round(self.clock_ms() - started, 3),
         )
+
+    async def _sentence_end(self, text: str, language: str) -> float:
+        """The text model's P(the message ends here), or not judged when it is off or fails
+        (the edge's word lists still decide: a guess never fails for it)."""
+        if self.sentence_end is None:
+            return NOT_JUDGED
+        try:
+            return await asyncio.to_thread(self.sentence_end.probability, text, language)
+        except Exception as exc:
+            log.warning("the sentence-end model failed: %s", exc)
+            return NOT_JUDGED
 
     async def _load(self, ref: MediaRef) -> bytes:
         data = await retry_transient("loading media", lambda: self.blobs.get(ref.sha256))

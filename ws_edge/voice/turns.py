@@ -274,7 +274,9 @@ class VoiceTurns:
         silence rule alone decides."""
         if self._withdrawn_count() >= self._limits.max_open_turns:
             return []
-        actions = self._submit_utterance(detection, paused.pcm, paused.end_ms, speculative=True)
+        actions = self._submit_utterance(
+            detection, paused.pcm, paused.end_ms, speculative=True, judge=paused.check
+        )
         turn_id = next(reversed(self._routes))
         self._routes[turn_id].speculative = True
         self._routes[turn_id].pause_id = paused.pause_id
@@ -358,7 +360,13 @@ class VoiceTurns:
         return [Send(stopped), *actions]
 
     def _submit_utterance(
-        self, detection: TurnDetection, pcm: bytes, end_ms: float, *, speculative: bool = False
+        self,
+        detection: TurnDetection,
+        pcm: bytes,
+        end_ms: float,
+        *,
+        speculative: bool = False,
+        judge: bool = False,
     ) -> list[Action]:
         """`end_ms`: where its speech ended in the stream (the turn carries when that was)."""
         if self.principal is None:  # expired while its audio was being scored
@@ -379,5 +387,9 @@ class VoiceTurns:
         assert self._voice_loop is not None
         ended_at_ms = self._voice_loop.heard_at_ms(end_ms)
         return self._create_turn(
-            self.principal, msg, speculative=speculative, speech_ended_at_ms=ended_at_ms
+            self.principal,
+            msg,
+            speculative=speculative,
+            speech_ended_at_ms=ended_at_ms,
+            judge_sentence_end=judge,  # semantic_vad: its end of turn waits on the words
         )

@@ -1195,6 +1195,7 @@ def test_semantic_vad_guesses_and_asks_the_model_at_a_pause_then_answers_on_its_
     assert mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6) == [Send(InputSpeechStarted("mic", 192.0))]
     [submit, check] = mic.say([0.0])  # 224 ms of silence: a guess, and a question
     assert isinstance(submit, SubmitTurn)
+    assert submit.turn.speculative and submit.turn.judge_sentence_end  # its words are read
     turn_id = submit.turn.turn_id
     assert check == CheckTurn("mic", check.pause_id, numbered(0, 23))
     assert session.submit_succeeded(turn_id) == []  # unseen until the end of turn
@@ -1375,3 +1376,10 @@ def test_a_guess_offering_side_effecting_server_tools_is_marked_once_confirmed()
         confirmed = mic.say([0.0])
         assert confirmed[0] == Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id))
         assert (ConfirmTurn(turn_id) in confirmed) is marked
+
+
+def test_a_server_vad_guess_asks_for_no_text_judgement():
+    session, _, mic = listening()
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [submit] = [a for a in mic.say([0.0]) if isinstance(a, SubmitTurn)]
+    assert submit.turn.speculative and not submit.turn.judge_sentence_end
