@@ -19,9 +19,10 @@ verdict lands as many frames later as it took to compute (measured, not assumed)
 The "+ words" rules add what the edge does when a guess runs: at the pause the utterance so
 far is transcribed as the preprocessing worker would (Whisper tiny.en for English, the
 multilingual base for the other languages, each with its short window), and its words land
-`PIPELINE_MS` after that transcription's CPU time and the text model's (English: the
-worker's `sentence_end`; the Kafka and relay hops, from `bench.voice`); words that stop
-mid-sentence (`ws_edge.voice.unfinished`) keep the turn open.
+`PIPELINE_MS` after that transcription's CPU time (the Kafka and relay hops, from
+`bench.voice`); words that stop mid-sentence (`ws_edge.voice.unfinished`) keep the turn
+open. "+ LM" adds the preprocessing worker's text model (`sentence_end`, English; its CPU
+time delays the words too), as `TURNSTREAM_SENTENCE_END_MODEL=true` does.
 
 Two sets: `utterances.jsonl` (dev: the set the audio model was first measured on) and
 `utterances_heldout.jsonl` (other sentences, written before the word lists), reported apart.
@@ -77,6 +78,7 @@ RULES: dict[str, TurnRules | None] = {
     "semantic low": EAGERNESS["low"],
     "semantic high + words": EAGERNESS["high"],
     "semantic medium + words": EAGERNESS["medium"],
+    "semantic medium + words + LM": EAGERNESS["medium"],
 }
 
 
@@ -169,11 +171,11 @@ class Ears:
             base_path(Settings().state_path / "models"), cpu_threads=1, language=None
         )
         self.sentence_end = SentenceEnd(default_model_dir(Settings()))
-        self._heard: dict[tuple[int, str], tuple[str, float, float]] = {}
+        self._heard: dict[tuple[int, str], tuple[str, float, float, float]] = {}
 
-    def hear(self, pcm: bytes, lang: str) -> tuple[str, float, float]:
-        """The words, the CPU ms they took (the text model's included) and the text model's
-        P(the message ends here) (-1: not judged)."""
+    def hear(self, pcm: bytes, lang: str) -> tuple[str, float, float, float]:
+        """The words, the CPU ms they took, the text model's P(the message ends here) (-1:
+        not judged) and the CPU ms it took."""
         key = (hash(pcm), lang)
         if key not in self._heard:
             from workers.preprocess.vad import SpeechSegment
@@ -182,9 +184,11 @@ class Ears:
             whisper = self.english if lang == "en" else self.multilingual
             started = time.process_time()
             heard = whisper.transcribe(audio, [SpeechSegment(0.0, len(audio) / 16_000)])
+            asr_ms = 1000 * (time.process_time() - started)
+            started = time.process_time()
             ends = self.sentence_end.probability(heard.text, heard.language)
-            spent = 1000 * (time.process_time() - started)
-            self._heard[key] = (heard.text, spent, ends)
+            lm_ms = 1000 * (time.process_time() - started)
+            self._heard[key] = (heard.text, asr_ms, ends, lm_ms)
         return self._heard[key]
 
 
@@ -194,6 +198,8 @@ def run_clip(
     model: TurnModel,
     probs: list[float],
     ears: Ears | None = None,
+    *,
+    text_model: bool = False,
 ) -> Outcome:
     """The clip through the end-pointer; the model's verdicts land after their compute time,
     and with `ears` (a guess at each pause) its words after their transcription's."""
@@ -231,8 +237,10 @@ def run_clip(
                 first = p if first is None else first
                 verdict = (k + 1 + math.ceil(took / FRAME_MS), event.pause_id, p, now_ms + took)
             if isinstance(event, SpeechPaused) and event.guess and ears is not None:
-                text, asr_ms, ends = ears.hear(event.pcm, clip.lang)
-                took = asr_ms + PIPELINE_MS
+                text, asr_ms, ends, lm_ms = ears.hear(event.pcm, clip.lang)
+                if not text_model:  # TURNSTREAM_SENTENCE_END_MODEL=false: the lists alone
+                    ends, lm_ms = -1.0, 0.0
+                took = asr_ms + lm_ms + PIPELINE_MS
                 due = k + 1 + math.ceil(took / FRAME_MS)
                 unfinished = guess_unfinished(text, clip.lang, ends)
                 words = (due, event.pause_id, unfinished, now_ms + took)
@@ -362,7 +370,9 @@ def main() -> None:
         detector = SpeechDetector()
         probs = detector.score(clip.pcm[: len(clip.pcm) - len(clip.pcm) % FRAME_BYTES])
         for rule, turn in RULES.items():
-            out = run_clip(clip, turn, model, probs, ears if rule.endswith("words") else None)
+            words = "+ words" in rule
+            lm = rule.endswith("LM")
+            out = run_clip(clip, turn, model, probs, ears if words else None, text_model=lm)
             cut_off = (
                 clip.kind == "paused"
                 and out.ended_at_ms is not None
