@@ -135,26 +135,30 @@ async def test_an_interrupt_stops_generation_and_speech_and_truncates_the_histor
     assert answers == [first.text.rstrip()]  # the history keeps only what was heard
 
 
+async def a_long_answer_speaking(client: EdgeClient) -> tuple[str, list]:
+    """A voice loop (espeak) asks a long question; its answer's events until the first audio."""
+    updated = await client.update_session(
+        speech=SpeechOptions("espeak"),
+        turn_detection=TurnDetection(conversation_id=conv(), stream_id="mic"),
+    )
+    assert updated.speech == SpeechOptions("espeak") and "joe" in updated.voices
+    utterance = np.concatenate([quiet_room(0.5), spoken(LONG_QUESTION), quiet_room(1.0)])
+    await client.append_audio("mic", pcm16(utterance))
+    started = await client.next_event()
+    assert isinstance(started, InputSpeechStarted) and started.stream_id == "mic"
+    accepted = await client.next_event()
+    assert isinstance(accepted, TurnAccepted)
+    events = []
+    async for event in client.events(accepted.turn_id, speech=True):
+        events.append(event)
+        if isinstance(event, ResponseAudio):
+            break
+    return accepted.turn_id, events
+
+
 async def test_the_voice_loop_answers_ignores_a_backchannel_and_stops_when_talked_over():
     async with stack(token_interval_s=0.05) as (running, engine, client):
-        conversation = conv()
-        updated = await client.update_session(
-            speech=SpeechOptions("espeak"),
-            turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
-        )
-        assert updated.speech == SpeechOptions("espeak") and "joe" in updated.voices
-        utterance = np.concatenate([quiet_room(0.5), spoken(LONG_QUESTION), quiet_room(1.0)])
-        await client.append_audio("mic", pcm16(utterance))
-        started = await client.next_event()
-        assert isinstance(started, InputSpeechStarted) and started.stream_id == "mic"
-        accepted = await client.next_event()
-        assert isinstance(accepted, TurnAccepted)
-        turn_id = accepted.turn_id
-        events = []
-        async for event in client.events(turn_id, speech=True):
-            events.append(event)
-            if isinstance(event, ResponseAudio):
-                break
+        turn_id, events = await a_long_answer_speaking(client)
         stopped = events[0]
         assert isinstance(stopped, InputSpeechStopped) and stopped.turn_id == turn_id
 
@@ -206,22 +210,7 @@ async def test_a_short_stop_over_the_voice_interrupts_and_is_not_a_turn():
     edge's command spotter (Whisper base) hears a command, the answer stops at once, and no
     turn is made of the word (with the spotter off it would be ignored as a backchannel)."""
     async with stack(token_interval_s=0.05) as (_, _engine, client):
-        conversation = conv()
-        await client.update_session(
-            speech=SpeechOptions("espeak"),
-            turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
-        )
-        utterance = np.concatenate([quiet_room(0.5), spoken(LONG_QUESTION), quiet_room(1.0)])
-        await client.append_audio("mic", pcm16(utterance))
-        assert isinstance(await client.next_event(), InputSpeechStarted)
-        accepted = await client.next_event()
-        assert isinstance(accepted, TurnAccepted)
-        turn_id = accepted.turn_id
-        events = []
-        async for event in client.events(turn_id, speech=True):
-            events.append(event)
-            if isinstance(event, ResponseAudio):
-                break
+        turn_id, events = await a_long_answer_speaking(client)
 
         # a microphone streams in real time (20 ms a message): the spotter's verdict comes
         # while the silence after the word goes on

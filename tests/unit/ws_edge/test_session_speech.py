@@ -1379,7 +1379,7 @@ def test_a_guess_offering_side_effecting_server_tools_is_marked_once_confirmed()
 
 
 def test_a_server_vad_guess_asks_for_no_text_judgement():
-    session, _, mic = listening()
+    _, _, mic = listening()
     mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
     [submit] = [a for a in mic.say([0.0]) if isinstance(a, SubmitTurn)]
     assert submit.turn.speculative and not submit.turn.judge_sentence_end
