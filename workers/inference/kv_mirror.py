@@ -147,8 +147,9 @@ class KvMirror:
         dealer.connect(self.source.replay_endpoint)
         got: list[tuple[int, bytes]] = []
         try:
-            await dealer.send_multipart([b"", start.to_bytes(8, "big")])
+            # the send is inside the bound too: a DEALER with no peer yet blocks its send
             async with asyncio.timeout(REPLAY_TIMEOUT_S):
+                await dealer.send_multipart([b"", start.to_bytes(8, "big")])
                 while True:
                     frames = await dealer.recv_multipart()
                     if len(frames) != 4 or frames[2] == END_SEQ:

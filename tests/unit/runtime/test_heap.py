@@ -112,6 +112,10 @@ def test_a_frozen_cycle_that_dies_waits_for_the_thaw() -> None:
     gc.collect()
     assert watch() is not None  # dead, frozen: not reclaimed by freezes or full collections
     keeper.policy = THAW_NOW
+    # the frozen heap may not have grown since start(): objects frozen then can be freed by
+    # their reference counts meanwhile (other threads of a long test run), and the growth
+    # rule has its own tests above; here the policy's answer is "thaw" whatever the count
+    keeper.stats.frozen_after_thaw = 0
     assert keeper.step() is Step.THAW
     assert watch() is None
     assert keeper.stats.thaws == 1
