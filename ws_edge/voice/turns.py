@@ -9,6 +9,7 @@ session owns the state and the text half of the protocol.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 import msgspec
 
@@ -183,41 +184,37 @@ class VoiceTurns:
 
     def voice_activity(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
         """Scores of the frames a `DetectSpeech` asked for: speech starts, barge-ins, turns."""
-        return self._answering_errors(lambda _: self._voice_events(stream_id, frames, probs), None)
+        return self._on_loop(
+            stream_id,
+            lambda loop: loop.scored(frames, probs, assistant_speaking=bool(self._speaking())),
+        )
 
     def turn_verdict(
         self, stream_id: str, pause_id: int, probability: float | None
     ) -> list[Action]:
         """The turn model's answer to a `CheckTurn` (None: no verdict, silence decides)."""
-        return self._answering_errors(
-            lambda _: self._decided(stream_id, pause_id, probability), None
-        )
+        return self._on_loop(stream_id, lambda loop: loop.turn_verdict(pause_id, probability))
 
     def command_verdict(self, stream_id: str, check_id: int, command: bool | None) -> list[Action]:
         """The keyword spotter's answer to a `CheckCommand` (None: no verdict, the duration
         rule decides)."""
+        return self._on_loop(stream_id, lambda loop: loop.command_verdict(check_id, command))
 
-        def decided(_: None) -> list[Action]:
+    def _on_loop(
+        self, stream_id: str | None, step: Callable[[VoiceLoop], list[VoiceEvent]]
+    ) -> list[Action]:
+        """One step of the voice loop on `stream_id` (None: whichever stream it listens to),
+        its events handled; nothing when the loop was turned off or moved meanwhile."""
+
+        def run(_: None) -> list[Action]:
             loop, detection = self._voice_loop, self._detection
-            if loop is None or detection is None or detection.stream_id != stream_id:
-                return []  # the loop was turned off meanwhile
-            return self._handle_voice(stream_id, detection, loop.command_verdict(check_id, command))
+            if loop is None or detection is None:
+                return []
+            if stream_id is not None and detection.stream_id != stream_id:
+                return []
+            return self._handle_voice(detection.stream_id, detection, step(loop))
 
-        return self._answering_errors(decided, None)
-
-    def _decided(self, stream_id: str, pause_id: int, probability: float | None) -> list[Action]:
-        loop, detection = self._voice_loop, self._detection
-        if loop is None or detection is None or detection.stream_id != stream_id:
-            return []  # the loop was turned off meanwhile
-        return self._handle_voice(stream_id, detection, loop.turn_verdict(pause_id, probability))
-
-    def _voice_events(self, stream_id: str, frames: bytes, probs: list[float]) -> list[Action]:
-        loop, detection = self._voice_loop, self._detection
-        if loop is None or detection is None or detection.stream_id != stream_id:
-            return []  # the loop was turned off meanwhile
-        speaking = self._speaking()
-        events = loop.scored(frames, probs, assistant_speaking=bool(speaking))
-        return self._handle_voice(stream_id, detection, events)
+        return self._answering_errors(run, None)
 
     def _handle_voice(
         self, stream_id: str, detection: TurnDetection, events: list[VoiceEvent]
@@ -297,11 +294,7 @@ class VoiceTurns:
         return []
 
     def _words_heard(self, pause_id: int, unfinished: bool | None) -> list[Action]:
-        loop, detection = self._voice_loop, self._detection
-        if loop is None or detection is None:
-            return []
-        events = loop.words_verdict(pause_id, unfinished)
-        return self._handle_voice(detection.stream_id, detection, events)
+        return self._on_loop(None, lambda loop: loop.words_verdict(pause_id, unfinished))
 
     def _confirm(self, detection: TurnDetection, ended: SpeechEnded) -> list[Action] | None:
         """The guess was right: the client hears of the turn now, with what it produced."""
