@@ -40,7 +40,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -205,21 +207,13 @@ def run_clip(
     and with `ears` (a guess at each pause) its words after their transcription's."""
     loop = VoiceLoop(VadRules() if ears else VadRules(early_silence_ms=0), turn)
     frames = loop.append(clip.pcm)
-    # (due frame, pause id, answer, done at ms): the model's probability, the words' verdict
-    verdict: tuple[int, int, float, float] | None = None
-    words: tuple[int, int, bool, float] | None = None
+    # answers on their way: (frame they land on, when they were ready, the answer)
+    late: list[tuple[int, float, Callable[[], list]]] = []
     calls, spent, first = 0, 0.0, None
     for k, prob in enumerate(probs):
-        if verdict is not None and k >= verdict[0]:
-            _, pause_id, p, done_ms = verdict
-            verdict = None
-            for event in loop.turn_verdict(pause_id, p):
-                if isinstance(event, SpeechEnded):
-                    return Outcome(done_ms, event.end_ms, first, calls, spent)
-        if words is not None and k >= words[0]:
-            _, pause_id, unfinished, done_ms = words
-            words = None
-            for event in loop.words_verdict(pause_id, unfinished):
+        landed, late = [a for a in late if k >= a[0]], [a for a in late if k < a[0]]
+        for _, done_ms, answer in landed:
+            for event in answer():
                 if isinstance(event, SpeechEnded):
                     return Outcome(done_ms, event.end_ms, first, calls, spent)
         events = loop.scored(
@@ -235,7 +229,8 @@ def run_clip(
                 took = (time.perf_counter() - started) * 1000
                 calls, spent = calls + 1, spent + took
                 first = p if first is None else first
-                verdict = (k + 1 + math.ceil(took / FRAME_MS), event.pause_id, p, now_ms + took)
+                due, pause_id = k + 1 + math.ceil(took / FRAME_MS), event.pause_id
+                late.append((due, now_ms + took, partial(loop.turn_verdict, pause_id, p)))
             if isinstance(event, SpeechPaused) and event.guess and ears is not None:
                 text, asr_ms, ends, lm_ms = ears.hear(event.pcm, clip.lang)
                 if not text_model:  # TURNSTREAM_SENTENCE_END_MODEL=false: the lists alone
@@ -243,7 +238,8 @@ def run_clip(
                 took = asr_ms + lm_ms + PIPELINE_MS
                 due = k + 1 + math.ceil(took / FRAME_MS)
                 unfinished = guess_unfinished(text, clip.lang, ends)
-                words = (due, event.pause_id, unfinished, now_ms + took)
+                answer = partial(loop.words_verdict, event.pause_id, unfinished)
+                late.append((due, now_ms + took, answer))
     return Outcome(None, None, first, calls, spent)
 
 

@@ -54,8 +54,8 @@ def asr_model_path(settings: Settings) -> Path | None:
 
 
 def build_sentence_end(settings: Settings) -> SentenceEnd | None:
-    """The text model that judges the voice loop's guesses (None: off); it loads on the
-    first guess (~1 s), in the speech pipeline's thread."""
+    """The text model that judges the voice loop's guesses (None: off); `run_preprocessor`
+    loads it (~1 s) off the loop at start, else the first guess does."""
     if not settings.sentence_end_model:
         return None
     return SentenceEnd(default_model_dir(settings))
