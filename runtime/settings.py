@@ -892,6 +892,12 @@ class Settings:
         1.0,
         "Longest wait for one rate-limit check; longer counts as Redis down.",
     )
+    charge_linger_ms: int = _var(
+        "TURNSTREAM_CHARGE_LINGER_MS",
+        200,
+        "How long an edge gathers the tokens of ended turns before writing them to the "
+        "tenants' buckets in one round trip (ws_edge/admission/charges.py).",
+    )
     overload_retry_after_ms: int = _var(
         "TURNSTREAM_OVERLOAD_RETRY_AFTER_MS", 2000, "Retry hint sent with an overloaded refusal."
     )

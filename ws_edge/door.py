@@ -273,7 +273,7 @@ class TurnDoor:
             self._trace_delivery(event)
         if isinstance(event, TurnCompleted) and turn_id in self._submitted:
             estimated = self._submitted.pop(turn_id)  # charged once, by the door that asked
-            self._spawn(self.edge.admission.charge(event, estimated))
+            self.edge.admission.charge(event, estimated)
         self._apply(self.session.relay(event, position))
         self._release(turn_id)
         self._watch_speech(turn_id)

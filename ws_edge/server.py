@@ -130,6 +130,7 @@ class EdgeServer:
             ),
             fail_open=settings.rate_limit_fail_open,
             retry_after_ms=settings.overload_retry_after_ms,
+            charge_linger_s=settings.charge_linger_ms / 1000,
         )
         self.unattended = UnattendedTurns(self.relay, self.admission)
         self.abandonment = Abandonment(
@@ -164,6 +165,7 @@ class EdgeServer:
     async def start(self) -> None:
         require_safe_exposure(self.settings, edge=True)  # before anything listens
         await self.publisher.start()
+        self.admission.charges.start()
         self._relay_task = asyncio.create_task(self.relay.run(), name="edge-relay")
         await asyncio.wait_for(self.relay.subscribed.wait(), timeout=10)
         self.abandonment.start()
@@ -215,7 +217,6 @@ class EdgeServer:
     async def stop(self) -> None:
         if self._http is not None:
             await self._http.cleanup()
-        await self.unattended.close()
         await self.abandonment.close()
         if self._server is not None:
             self._server.close()
@@ -225,6 +226,7 @@ class EdgeServer:
         if self._catalog_task is not None:
             await cancel_and_wait([self._catalog_task])
         await self.publisher.stop()
+        await self.admission.charges.close()  # after the doors: their last ends are in it
         await self.redis.aclose()
         self.turn_judge.close()
         self.command_judge.close()

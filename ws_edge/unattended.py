@@ -10,10 +10,8 @@ unfinished turns does not charge them (documented in docs/routing.md).
 
 from __future__ import annotations
 
-import asyncio
 from functools import partial
 
-from runtime.cancelling import cancel_and_wait
 from schemas.events import AnyEvent, TurnCompleted
 from schemas.turn_log import LogPosition
 from ws_edge.admission.admit import AdmissionControl
@@ -24,7 +22,6 @@ class UnattendedTurns:
     def __init__(self, relay: RelaySubscriber, admission: AdmissionControl) -> None:
         self._relay = relay
         self._admission = admission
-        self._tasks: set[asyncio.Task[None]] = set()
         self._routes: dict[str, Deliver] = {}
         self.adopted = 0  # turns taken over from a client that went
         self.charged = 0
@@ -48,9 +45,4 @@ class UnattendedTurns:
             return  # charged already (a duplicate end)
         self._relay.unroute(turn_id, deliver)
         self.charged += 1
-        task = asyncio.create_task(self._admission.charge(event, estimated))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def close(self) -> None:
-        await cancel_and_wait(list(self._tasks))
+        self._admission.charge(event, estimated)

@@ -10,8 +10,10 @@ import uuid
 import jwt
 import pytest
 
+from harness.polling import eventually
 from runtime.redis import redis_client
 from schemas.channels import RedisNames
+from ws_edge.admission.charges import ChargeWriter
 from ws_edge.admission.rate_limit import RateLimiter
 from ws_edge.admission.tiers import DEFAULT_LIMITS, TenantRegistry, Tier, TierLimits
 from ws_edge.auth import ALGORITHM, ISSUER, verify_token
@@ -179,4 +181,37 @@ async def test_unreachable_redis_raises_rate_limit_unavailable():
         assert isinstance(caught.value, StoreUnavailable)
         assert (caught.value.code, caught.value.retryable) == ("store_unavailable", True)
     finally:
+        await redis.aclose()
+
+
+async def test_charges_of_many_tenants_land_in_one_round_trip(limiter):
+    rl, _, tenant = limiter
+    lim = limits(token_burst=1000)
+    who = [tenant() for _ in range(5)]
+    levels = await rl.charge_many([(t, lim, 10 * (i + 1)) for i, t in enumerate(who)])
+    assert levels == [990, 980, 970, 960, 950]
+    assert [await rl.charge(t, lim, 0) for t in who] == levels
+
+
+async def test_ended_turns_charged_during_a_redis_stall_are_counted_once_it_passes(
+    services, session_namespace
+):
+    """Redis stops taking writes for longer than the limiter waits (a failover's pause): the
+    writer keeps the sums and retries, so every ended turn is counted, each once."""
+    redis = redis_client(services.redis_url)
+    rl = RateLimiter(redis, f"{session_namespace}-stall", timeout_s=0.2)
+    writer = ChargeWriter(rl, linger_s=0.01, retry_s=0.1)
+    who, lim = f"t-{uuid.uuid4().hex[:10]}", limits(token_burst=10_000)
+    writer.start()
+    try:
+        await redis.execute_command("CLIENT", "PAUSE", 1200, "WRITE")
+        for _ in range(300):
+            writer.add(who, lim, 3)
+        await eventually(lambda: writer.failed_writes >= 2, timeout_s=5)
+        await eventually(lambda: writer.writes >= 1 and not len(writer.owed), timeout_s=10)
+        assert await rl.charge(who, lim, 0) == 10_000 - 900
+    finally:
+        await redis.execute_command("CLIENT", "UNPAUSE")
+        await writer.close()
+        await redis.delete(rl.key(who, "requests"), rl.key(who, "tokens"))
         await redis.aclose()

@@ -7,8 +7,8 @@ leaves with its tier and priority set, its `max_tokens` capped to what the tier 
 degradation) allows, and, when degraded, the pool it must use. Tokens are counted twice:
 an estimate of the new text at admission, then, when the turn ends, what it really cost
 less that estimate (`charge`: the whole prompt the engine read, history, retrieved passages
-and images included, and the answer), so a tenant with long histories or long answers
-waits longer. When the buckets' Redis does
+and images included, and the answer; written in batches, `charges.py`), so a tenant with
+long histories or long answers waits longer. When the buckets' Redis does
 not answer, `fail_open` decides: admit without limits, or refuse (`store_unavailable`).
 """
 
@@ -19,6 +19,7 @@ import logging
 import msgspec
 
 from schemas.events import TurnCompleted, TurnSubmitted
+from ws_edge.admission.charges import ChargeWriter
 from ws_edge.admission.overload import Degrade, Reject, decide
 from ws_edge.admission.pool_load import PoolLoad
 from ws_edge.admission.rate_limit import RateLimiter
@@ -44,9 +45,11 @@ class AdmissionControl:
         load: PoolLoad,
         fail_open: bool,
         retry_after_ms: int,
+        charge_linger_s: float,
     ) -> None:
         self.tenants = tenants
         self.limiter = limiter
+        self.charges = ChargeWriter(limiter, linger_s=charge_linger_s)
         self.load = load
         self.fail_open = fail_open
         self.retry_after_ms = retry_after_ms
@@ -93,17 +96,13 @@ class AdmissionControl:
             pool=decision.pool if degraded else "",
         )
 
-    async def charge(self, completed: TurnCompleted, estimated_tokens: int = 0) -> None:
+    def charge(self, completed: TurnCompleted, estimated_tokens: int = 0) -> None:
         """Count what the turn really cost against its tenant, after the fact (never
         refuses): the prompt the engine read (history, retrieved passages and images
         included, not only the new text) and the answer, less the estimate admission took
-        (`estimated_tokens`); a turn that cost less than estimated is refunded."""
+        (`estimated_tokens`); a turn that cost less than estimated is refunded. Written in
+        batches by `charges` (a `ChargeWriter`, started and closed with the edge)."""
         usage = completed.usage
         tokens = usage.prompt_tokens + usage.completion_tokens - estimated_tokens
-        if tokens == 0:
-            return
         plan = self.tenants.plan_of(completed.tenant_id)
-        try:
-            await self.limiter.charge(completed.tenant_id, plan.limits, tokens)
-        except RateLimitUnavailable as err:
-            log.warning("answer tokens of %s not counted: %s", completed.turn_id, err)
+        self.charges.add(completed.tenant_id, plan.limits, tokens)
