@@ -17,6 +17,7 @@ not hide their cost.
     python -m bench.cost --baseline origin/main~3         # side by side with a commit
     python -m bench.cost --baseline main --rounds 2       # A B B A: windows pooled per side
     python -m bench.cost --engine vllm --concurrency 1,16
+    python -m bench.cost --baseline HEAD --env TURNSTREAM_DELTA_PACE_MS=50   # a setting's A/B
 
 Prints a table, writes JSON and a plot under bench/results/ (the plot also to bench/figures/).
 The spreads are the lowest and highest of the repeats (of every round, with `--rounds`).
@@ -36,6 +37,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -288,7 +290,15 @@ async def measure_side(label: str, tree: Path, args: argparse.Namespace) -> Side
     )
     roles = tree_roles(tree)
     children = await asyncio.to_thread(
-        start_pipeline, settings, args.engine, base.state_path / "logs", roles=roles, cwd=tree
+        partial(
+            start_pipeline,
+            settings,
+            args.engine,
+            base.state_path / "logs",
+            roles=roles,
+            cwd=tree,
+            extra_env=side_env(args.env) if tree == REPO else None,
+        )
     )
     result = SideResult(label)
     stack = Stack(settings, children, base.state_path)
@@ -568,18 +578,29 @@ def git(*args: str) -> str:
     return done.stdout.strip()
 
 
-def this_tree_label() -> str:
-    """`this tree (<sha>)`, with `+changes` when tracked files differ from the commit."""
+def this_tree_label(env: list[str]) -> str:
+    """`this tree (<sha>)`, with `+changes` when tracked files differ from the commit, and
+    the settings `--env` gave it."""
     head = git("rev-parse", "--short", "HEAD")
     dirty = git("status", "--porcelain", "--untracked-files=no")
-    return f"this tree ({head}{'+changes' if dirty else ''})"
+    return f"this tree ({head}{'+changes' if dirty else ''})" + "".join(f" {e}" for e in env)
+
+
+def side_env(pairs: list[str]) -> dict[str, str]:
+    """`NAME=VALUE` pairs (`--env`) as an environment; only TURNSTREAM_ settings."""
+    env = dict(pair.split("=", 1) for pair in pairs)
+    wrong = [name for name in env if not name.startswith("TURNSTREAM_")]
+    if wrong:
+        raise SystemExit(f"--env takes TURNSTREAM_ settings only, not {wrong}")
+    return env
 
 
 async def main_async(args: argparse.Namespace) -> None:
     await asyncio.to_thread(
         subprocess.run, [str(REPO / "infra" / "services.sh"), "start"], check=True, cwd=REPO
     )
-    trees = [(this_tree_label(), REPO)]
+    side_env(args.env)  # refused before anything starts
+    trees = [(this_tree_label(args.env), REPO)]
     with contextlib.ExitStack() as exits:
         if args.baseline:
             sha, path = exits.enter_context(baseline_tree(args.baseline))
@@ -624,6 +645,14 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--token-interval-ms", type=float, default=20.0)
     parser.add_argument("--baseline", default="", help="a git ref measured in the same run")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="TURNSTREAM_NAME=VALUE",
+        help="a setting for this tree's roles only (repeatable): with --baseline HEAD, a "
+        "setting's A/B in one run",
+    )
     parser.add_argument(
         "--rounds",
         type=int,

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -247,9 +248,11 @@ def start_pipeline(
     otlp_endpoint: str = "",
     roles: tuple[str, ...] = (),
     cwd: Path = REPO,
+    extra_env: Mapping[str, str] | None = None,
 ) -> list[Child]:
     """Every role (or those named in `roles`) as a child process; `otlp_endpoint`: with
-    tracing on, exporting there; `cwd`: the source tree they run from."""
+    tracing on, exporting there; `cwd`: the source tree they run from; `extra_env`: settings
+    of this run only (a setting's A/B)."""
     tracing = {
         "TURNSTREAM_OTEL_EXPORTER": "otlp-http" if otlp_endpoint else "none",
         "TURNSTREAM_OTEL_ENDPOINT": otlp_endpoint,
@@ -265,6 +268,7 @@ def start_pipeline(
         "TURNSTREAM_MAX_INFLIGHT_TURNS": str(settings.max_inflight_turns),
         "TURNSTREAM_LOG_LEVEL": "WARNING",
         **tracing,
+        **(extra_env or {}),
     }
     return start_roles(env, logs, log_prefix="bench-", only=roles, cwd=cwd)
 

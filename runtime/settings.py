@@ -892,6 +892,13 @@ class Settings:
         1.0,
         "Longest wait for one rate-limit check; longer counts as Redis down.",
     )
+    delta_pace_ms: float = _var(
+        "TURNSTREAM_DELTA_PACE_MS",
+        0.0,
+        "At most one answer frame per turn every this many ms: chunks that come sooner are "
+        "joined and sent when it is up (workers/runtime/delta_pacing.py; fewer frames for "
+        "every hop, a token waits up to this long). 0: every chunk as it comes.",
+    )
     charge_linger_ms: int = _var(
         "TURNSTREAM_CHARGE_LINGER_MS",
         200,

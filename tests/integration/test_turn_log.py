@@ -154,3 +154,45 @@ async def test_the_relay_loads_its_script_again_when_redis_lost_it(services, ses
     finally:
         sender.cancel()
         await redis.aclose()
+
+
+async def test_a_paced_relay_joins_a_fast_answer_into_fewer_frames_in_order(
+    services, session_namespace
+):
+    """With a pace, chunks that come faster than it reach the edge joined (the first one's
+    seq, the texts in order), the first at once; a frame that ends the turn takes the held
+    chunk before it; the log holds the same joined frames a resuming client reads."""
+    names = RedisNames.for_namespace(f"{session_namespace}-paced")
+    redis = redis_client(services.redis_url)
+    relay = RelayPublisher(redis, names, pace_s=0.2)
+    sender = asyncio.create_task(relay.run())
+    turn = uuid.uuid4().hex
+    origin = names.edge_channel("origin")
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(origin)
+    try:
+        relay.publish(origin, started(turn, "a1"))
+        for seq in range(20):  # faster than any pace: all in one step of the loop
+            relay.publish(origin, chunk(turn, seq, "a1"))
+        first = await received(pubsub, 3)  # the third once the pace is up
+        assert [(e.seq, e.text) for e, _ in first[1:]] == [
+            (0, "a1:0"),
+            (1, "".join(f"a1:{s}" for s in range(1, 20))),
+        ]
+        relay.publish(origin, chunk(turn, 20, "a1"))  # within the pace: held…
+        await relay.publish_confirmed(origin, completed(turn, text="done"))  # …until this
+        last = await received(pubsub, 2)
+        assert [(type(e).__name__, getattr(e, "text", "")) for e, _ in last] == [
+            ("TokenChunk", "a1:20"),
+            ("TurnCompleted", "done"),
+        ]
+        logged = [p for _, p in first + last]
+        entries = await redis.xrange(names.turn_log_key(turn))
+        assert [parse_entry_id(i) for i, _ in entries] == logged == [P(1, n) for n in range(5)]
+    finally:
+        sender.cancel()
+        await pubsub.aclose()
+        await redis.delete(
+            names.turn_log_key(turn), names.turn_epochs_key(turn), names.turn_watchers_key(turn)
+        )
+        await redis.aclose()

@@ -56,6 +56,7 @@ class WorkerClients:
                 live_ttl_s=settings.resume_history_s,
                 done_ttl_s=settings.resume_after_done_s,
             ),
+            pace_s=settings.delta_pace_ms / 1000,
         )
         outcomes = OutcomeRecorder(
             redis=redis,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -31,8 +32,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas.channels import RedisNames
 from schemas.codec import encode
-from schemas.events import Event
+from schemas.events import Event, TokenChunk
 from schemas.turn_log import FINAL, NOT_LOGGED, log_kind
+from workers.runtime.delta_pacing import DeltaPacer, Key
 from workers.runtime.errors import WorkerError
 
 log = logging.getLogger("turnstream.relay")
@@ -155,6 +157,7 @@ class RelayPublisher:
         *,
         limits: LogLimits = LogLimits(),
         max_pending: int = 100_000,
+        pace_s: float = 0.0,
     ) -> None:
         self._redis = redis
         self._names = names
@@ -171,6 +174,9 @@ class RelayPublisher:
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        # answer chunks joined per turn, at most one frame per pace (delta_pacing.py); off at 0
+        self._pacer = DeltaPacer(pace_s) if pace_s > 0 else None
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
 
     @property
     def attempt_lease_s(self) -> float:
@@ -178,14 +184,62 @@ class RelayPublisher:
 
     def publish(self, channel: str, event: Event) -> None:
         """Queue a frame (token chunks: losing one to a crash is repaired by redelivery)."""
-        self._enqueue(channel, event, None)
+        self._paced(channel, event, None)
 
     async def publish_confirmed(self, channel: str, event: Event) -> None:
         """Queue a frame and wait until Redis took it (terminal frames: the turn's offset
         must not be committed while its `turn.completed` exists only in this process)."""
         confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._enqueue(channel, event, confirmed)
+        self._paced(channel, event, confirmed)
         await confirmed
+
+    def _paced(self, channel: str, event: Event, confirmed: asyncio.Future[None] | None):
+        """Through the pacer when there is one: a chunk may wait to be joined; any other
+        frame of the turn sends the turn's waiting chunk first (order kept)."""
+        pacer = self._pacer
+        if pacer is None:
+            self._enqueue(channel, event, confirmed)
+            return
+        key = (channel, event.turn_id)
+        if isinstance(event, TokenChunk) and confirmed is None:
+            now = asyncio.get_running_loop().time()
+            ready, due = pacer.offer(key, event, now)
+            for chunk in ready:
+                self._enqueue(channel, chunk, None)
+            if due != math.inf:
+                self._set_timer(key, due)
+            if len(pacer) > MAX_REMEMBERED_TURNS:  # a send older than a pace changes nothing
+                pacer.forget_before(now - pacer.pace_s)
+            return
+        self._cancel_timer(key)
+        held = pacer.before(key, ends=log_kind(event) == FINAL)
+        if held is not None:
+            self._enqueue(channel, held, None)
+        self._enqueue(channel, event, confirmed)
+
+    def _set_timer(self, key: Key, due: float) -> None:
+        timer = self._timers.get(key)
+        if timer is not None and timer.when() == due:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = asyncio.get_running_loop().call_at(due, self._release, key)
+
+    def _cancel_timer(self, key: Key) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _release(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        assert self._pacer is not None
+        held = self._pacer.due(key, asyncio.get_running_loop().time())
+        if held is None:
+            return
+        try:
+            self._enqueue(key[0], held, None)
+        except RelayOverflow:
+            log.warning("relay full: a joined chunk of %s dropped", held.turn_id)
 
     def _enqueue(self, channel: str, event: Event, confirmed: asyncio.Future[None] | None):
         if len(self._pending) >= self._max_pending:
@@ -197,7 +251,12 @@ class RelayPublisher:
         self._wakeup.set()
 
     async def flushed(self) -> None:
-        """Wait until every frame queued so far has been handed to Redis."""
+        """Wait until every frame queued so far has been handed to Redis (chunks waiting
+        for their pace go at once)."""
+        if self._pacer is not None:
+            for key, held in self._pacer.drain():
+                self._cancel_timer(key)
+                self._enqueue(key[0], held, None)
         await self._idle.wait()
 
     async def run(self) -> None:
