@@ -340,6 +340,13 @@ class Settings:
         "Longest a row waits for its batch to fill (the visibility lag of a quiet topic); "
         "each insert is a new part for ClickHouse to merge, so about one a second per table.",
     )
+    sink_fetch_min_bytes: int = _var(
+        "TURNSTREAM_SINK_FETCH_MIN_BYTES",
+        262_144,
+        "Bytes the broker gathers before it answers one of the sink's fetches (waiting at "
+        "most TURNSTREAM_SINK_LINGER_MS): above 1, fewer and fuller fetches (the sink's rows "
+        "wait for their batch anyway); 1 answers as soon as a record lands.",
+    )
     # --- inference worker -------------------------------------------------------------------
     worker_id: str = _var("TURNSTREAM_WORKER_ID", "", "This worker's id (empty: random).")
     engine: str = _var(

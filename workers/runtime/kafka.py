@@ -65,9 +65,17 @@ def make_producer(settings: Settings, client_id: str) -> AIOKafkaProducer:
     )
 
 
-def make_consumer(settings: Settings, group_id: str, client_id: str) -> AIOKafkaConsumer:
+def make_consumer(
+    settings: Settings,
+    group_id: str,
+    client_id: str,
+    *,
+    fetch_min_bytes: int = 1,
+    fetch_max_wait_ms: int | None = None,
+) -> AIOKafkaConsumer:
     """Manual commits (see `ConsumerLoop`), short fetch waits on latency paths
-    (TURNSTREAM_FETCH_MAX_WAIT_MS).
+    (TURNSTREAM_FETCH_MAX_WAIT_MS; a reader off the user's path may ask for fuller fetches:
+    `fetch_min_bytes`, waiting at most `fetch_max_wait_ms`).
 
     A member silent for the session timeout (a killed worker) loses its partitions to the
     others, and a broker silent as long (paused, cut off) is given up: its requests time
@@ -83,7 +91,8 @@ def make_consumer(settings: Settings, group_id: str, client_id: str) -> AIOKafka
         client_id=client_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        fetch_max_wait_ms=fetch_max_wait_ms or settings.fetch_max_wait_ms,
+        fetch_min_bytes=fetch_min_bytes,
         max_poll_interval_ms=600_000,
         session_timeout_ms=session_ms,
         heartbeat_interval_ms=max(session_ms // 3, 100),

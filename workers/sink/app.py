@@ -134,7 +134,15 @@ async def run_sink(
             topics = [
                 t.full_name(settings.namespace) for t in route_topics(name, settings.pool_names)
             ]
-            consumer = make_consumer(settings, route_group(settings.namespace, name), sink_id)
+            consumer = make_consumer(
+                settings,
+                route_group(settings.namespace, name),
+                sink_id,
+                fetch_min_bytes=settings.sink_fetch_min_bytes,
+                fetch_max_wait_ms=(
+                    int(settings.sink_linger_ms) if settings.sink_fetch_min_bytes > 1 else None
+                ),
+            )
             await consumer.start()
             consumers.append(consumer)
             sinks[name] = ClickHouseSink(
