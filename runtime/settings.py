@@ -344,8 +344,8 @@ class Settings:
         "TURNSTREAM_SINK_FETCH_MIN_BYTES",
         262_144,
         "Bytes the broker gathers before it answers one of the sink's fetches (waiting at "
-        "most TURNSTREAM_SINK_LINGER_MS): above 1, fewer and fuller fetches (the sink's rows "
-        "wait for their batch anyway); 1 answers as soon as a record lands.",
+        "most TURNSTREAM_FETCH_MAX_WAIT_MS): above 1, fewer and fuller fetches (the sink's "
+        "rows wait for their batch anyway); 1 answers as soon as a record lands.",
     )
     # --- inference worker -------------------------------------------------------------------
     worker_id: str = _var("TURNSTREAM_WORKER_ID", "", "This worker's id (empty: random).")

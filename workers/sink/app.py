@@ -139,9 +139,6 @@ async def run_sink(
                 route_group(settings.namespace, name),
                 sink_id,
                 fetch_min_bytes=settings.sink_fetch_min_bytes,
-                fetch_max_wait_ms=(
-                    int(settings.sink_linger_ms) if settings.sink_fetch_min_bytes > 1 else None
-                ),
             )
             await consumer.start()
             consumers.append(consumer)
