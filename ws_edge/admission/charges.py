@@ -16,6 +16,7 @@ is counted twice (the tenant waits a little longer; never a free answer).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from ws_edge.admission.rate_limit import RateLimiter
 from ws_edge.admission.tiers import TierLimits
 from ws_edge.auth import TENANT_ID
-from ws_edge.errors import RateLimitUnavailable
 
 log = logging.getLogger("turnstream.edge.admission")
 
@@ -90,6 +90,7 @@ class ChargeWriter:
         self.owed = OwedTokens()
         self._wakeup = asyncio.Event()
         self._stopping = False
+        self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.writes = 0  # round trips that delivered
         self.failed_writes = 0
@@ -109,6 +110,7 @@ class ChargeWriter:
     async def close(self) -> None:
         """Write what is owed (one last try, the limiter's timeout bounds it), then stop."""
         self._stopping = True
+        self._stop.set()
         self._wakeup.set()
         if self._task is not None:
             await self._task
@@ -127,16 +129,21 @@ class ChargeWriter:
         while not (self._stopping and not len(self.owed)):
             await self._wakeup.wait()
             self._wakeup.clear()
-            if not self._stopping and self._linger_s > 0:
-                await asyncio.sleep(self._linger_s)
+            await self._pause(self._linger_s)
             if await self._write_once():
                 backoff = self._retry_s
                 continue
             if self._stopping:
                 return
-            await asyncio.sleep(backoff)
+            await self._pause(backoff)
             backoff = min(2 * backoff, self._max_retry_s)
             self._wakeup.set()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, unless the edge is stopping (then its last write goes at once)."""
+        if seconds > 0 and not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def _write_once(self) -> bool:
         batch = self.owed.take()
@@ -144,7 +151,7 @@ class ChargeWriter:
             return True
         try:
             await self._limiter.charge_many([(o.tenant, o.limits, o.tokens) for o in batch])
-        except RateLimitUnavailable as err:
+        except Exception as err:  # RateLimitUnavailable, or a bug: keep the sums either way
             self.owed.restore(batch)
             self.failed_writes += 1
             if not self._failing:  # once per outage, not per retry

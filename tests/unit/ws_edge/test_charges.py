@@ -119,3 +119,15 @@ def test_a_malformed_tenant_is_refused_when_added_not_in_the_batch():
     with pytest.raises(ValueError):
         writer.add("not a tenant!", FREE, 1)
     assert len(writer.owed) == 0
+
+
+async def test_stopping_during_an_outage_does_not_wait_out_the_backoff(caplog):
+    buckets = Buckets()
+    buckets.failing = 100
+    writer = ChargeWriter(buckets, linger_s=0, retry_s=3600)  # type: ignore[arg-type]
+    writer.start()
+    writer.add("a", FREE, 5)
+    await eventually(lambda: writer.failed_writes >= 1, timeout_s=5)
+    with caplog.at_level(logging.WARNING, logger="turnstream.edge.admission"):
+        await asyncio.wait_for(writer.close(), timeout=60)  # a hang guard: not after the backoff
+    assert "5 tokens of 1 tenants not counted" in caplog.text
