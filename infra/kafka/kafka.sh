@@ -58,12 +58,22 @@ cluster_id() {
   cat "$CLUSTER_ID_FILE"
 }
 
+# format_storage NODE: once per data directory. A failed format says why (the node's log
+# goes away with a test's temporary home) and is tried once more: CI saw one fail with
+# nothing else logged (2026-12-07, the fault suite's own broker).
 format_storage() {
-  local node="$1"
+  local node="$1" attempt
   if [[ -f "$(node_data "$node")/meta.properties" ]]; then return 0; fi
   log "formatting KRaft storage of node $node (cluster $(cluster_id))"
-  java "${JAVA_ARGS[@]}" kafka.tools.StorageTool format -t "$(cluster_id)" -c "$(node_conf "$node")" \
-    >> "$(node_log "$node")" 2>&1
+  for attempt in 1 2; do
+    if java "${JAVA_ARGS[@]}" kafka.tools.StorageTool format --ignore-formatted \
+        -t "$(cluster_id)" -c "$(node_conf "$node")" >> "$(node_log "$node")" 2>&1; then
+      return 0
+    fi
+    log "formatting node $node failed (try $attempt of 2); the end of its log:"
+    tail -15 "$(node_log "$node")" >&2
+  done
+  die "could not format the KRaft storage of node $node (log: $(node_log "$node"))"
 }
 
 node_ready() { grep -q "Kafka Server started" "$(node_log "$1")" 2>/dev/null && port_open "$(node_port "$1")"; }
