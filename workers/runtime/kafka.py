@@ -71,11 +71,10 @@ def make_consumer(
     client_id: str,
     *,
     fetch_min_bytes: int = 1,
-    fetch_max_wait_ms: int | None = None,
 ) -> AIOKafkaConsumer:
     """Manual commits (see `ConsumerLoop`), short fetch waits on latency paths
-    (TURNSTREAM_FETCH_MAX_WAIT_MS; a reader off the user's path may ask for fuller fetches:
-    `fetch_min_bytes`, waiting at most `fetch_max_wait_ms`).
+    (TURNSTREAM_FETCH_MAX_WAIT_MS; a reader off the user's path may ask for fuller fetches,
+    `fetch_min_bytes`, within the same wait).
 
     A member silent for the session timeout (a killed worker) loses its partitions to the
     others, and a broker silent as long (paused, cut off) is given up: its requests time
@@ -91,7 +90,7 @@ def make_consumer(
         client_id=client_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=fetch_max_wait_ms or settings.fetch_max_wait_ms,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
         fetch_min_bytes=fetch_min_bytes,
         max_poll_interval_ms=600_000,
         session_timeout_ms=session_ms,
