@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiokafka.errors import (
     KafkaTimeoutError,
@@ -13,11 +15,18 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from workers.runtime import retry
 from workers.runtime.retry import retry_transient
 
+REAL_SLEEP = asyncio.sleep
+
 
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch):
+    """`retry.asyncio` is the asyncio module: the patch is seen by every task on the session's
+    loop. So it still yields (sleep(0)); a no-op that never suspends hung CI once: a task
+    left by an earlier test looped on `await asyncio.sleep(interval)` without ever giving
+    the loop back."""
+
     async def instant(_delay: float) -> None:
-        return None
+        await REAL_SLEEP(0)
 
     monkeypatch.setattr(retry.asyncio, "sleep", instant)
 
