@@ -21,7 +21,8 @@ open (admit without limits) or closed (refuse).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -145,24 +146,26 @@ class RateLimiter:
     async def charge_many(self, charges: Sequence[tuple[str, TierLimits, int]]) -> list[int]:
         """`charge` for several tenants in one pipelined round trip (each tenant's buckets
         are still updated atomically); the token levels, in order."""
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for tenant, limits, tokens in charges:
-                        keys, args = self._call("charge", tenant, limits, 0, tokens)
-                        await self._script(keys=keys, args=args, client=pipe)
-                    answers = await pipe.execute()
-        except (RedisError, OSError, TimeoutError) as err:
-            raise RateLimitUnavailable(f"rate limiter: Redis did not answer: {err!r}") from err
+        async with self._answered(), self._redis.pipeline(transaction=False) as pipe:
+            for tenant, limits, tokens in charges:
+                keys, args = self._call("charge", tenant, limits, 0, tokens)
+                await self._script(keys=keys, args=args, client=pipe)
+            answers = await pipe.execute()
         return [int(level) for *_, level in answers]
 
     async def _run(
         self, mode: str, tenant: str, limits: TierLimits, requests: int, tokens: int
     ) -> list[int]:
         keys, args = self._call(mode, tenant, limits, requests, tokens)
+        async with self._answered():
+            return await self._script(keys=keys, args=args)
+
+    @contextlib.asynccontextmanager
+    async def _answered(self) -> AsyncIterator[None]:
+        """Bounds a call by `timeout_s`; Redis failing or silent → `RateLimitUnavailable`."""
         try:
             async with asyncio.timeout(self._timeout_s):
-                return await self._script(keys=keys, args=args)
+                yield
         except (RedisError, OSError, TimeoutError) as err:
             raise RateLimitUnavailable(f"rate limiter: Redis did not answer: {err!r}") from err
 
