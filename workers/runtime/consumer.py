@@ -58,6 +58,23 @@ class _Rebalance(ConsumerRebalanceListener):
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
 
 
+async def _stop_despite_cancels(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait until it has ended, even if the caller is cancelled again
+    meanwhile: `run_service` stops `run` with `cancel_and_wait`, which cancels it again after
+    0.5 s, while `run` may still be stopping its committer. Cut short there, a committer that
+    swallowed its cancel (CPython gh-86296) would commit for ever. A cancel that came meanwhile
+    is raised once `task` has ended."""
+    stopping = asyncio.ensure_future(cancel_and_wait([task]))
+    cancelled = False
+    while not stopping.done():
+        try:
+            await asyncio.shield(stopping)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 class ConsumerLoop:
     def __init__(
         self,
@@ -101,7 +118,7 @@ class ConsumerLoop:
                 self._tasks[task] = tp
                 task.add_done_callback(self._forget_task)
         finally:
-            await cancel_and_wait([committer])
+            await _stop_despite_cancels(committer)
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)

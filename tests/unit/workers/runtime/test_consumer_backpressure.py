@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from aiokafka import ConsumerRecord, TopicPartition
 
+from runtime.cancelling import cancel_and_wait
 from schemas.codec import encode
 from schemas.events import TurnCancelled
+from workers.runtime import consumer as consumer_module
 from workers.runtime.consumer import ConsumerLoop
 
 
@@ -124,3 +127,45 @@ async def test_a_handler_bug_is_dead_lettered_and_reported_to_the_client():
     assert reported == [("t0", "KeyError('bug')")]
     await loop.commit()
     assert consumer.commits[-1] == {TopicPartition("t", 0): 1}  # done with it: committed
+
+
+def committers() -> list[asyncio.Task]:
+    """The committer tasks of every ConsumerLoop on this loop still running."""
+    name = "ConsumerLoop._commit_periodically"
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and getattr(t.get_coro(), "__qualname__", "") == name
+    ]
+
+
+async def test_a_stop_cancelled_again_still_ends_the_committer(monkeypatch):
+    """`run_service` stops `run` with `cancel_and_wait`, which cancels it again while `run` is
+    still stopping its committer. A committer that swallowed its cancel (what
+    `runtime.cancelling` guards against, CPython gh-86296) must still be cancelled again and
+    awaited: left behind, it would commit for ever on the loop."""
+    monkeypatch.setattr(consumer_module, "COMMIT_INTERVAL_S", 0.01)
+    committing = asyncio.Event()
+
+    class SwallowsOneCancel(MemoryConsumer):
+        async def commit(self, offsets) -> None:
+            committing.set()
+            # as `wait_for` does when its operation ends in the step of the cancel
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+            self.commits.append({tp: meta.offset for tp, meta in offsets.items()})
+
+    async def handler(event) -> None:
+        return None
+
+    consumer = SwallowsOneCancel(records(1))
+    loop = ConsumerLoop(consumer, None, handler, topics=["t"], deadletter_topic="d", max_inflight=1)
+    task = asyncio.create_task(loop.run())
+    try:
+        await asyncio.wait_for(committing.wait(), timeout=5)
+        # re-cancels `run` before its own stop re-cancels the committer (both 0.5 s in service)
+        await asyncio.wait_for(cancel_and_wait([task], recancel_s=0.05), timeout=5)
+        assert task.cancelled()
+        assert committers() == []
+    finally:
+        await cancel_and_wait([task, *committers()])

@@ -18,17 +18,24 @@ from workers.runtime.retry import retry_transient
 REAL_SLEEP = asyncio.sleep
 
 
+class InstantAsyncio:
+    """What `retry` sees as `asyncio` here: the real module with an instant `sleep`. The patch
+    stays in `retry`. Patching `retry.asyncio.sleep`, which is `asyncio.sleep` itself, changed
+    it for every task on the session's loop: a full run's session-wide pipeline (its workers'
+    offset committers) still runs there, and a committer looped on the no-op sleep without
+    ever giving the loop back, which hung CI in this file."""
+
+    def __getattr__(self, name: str):
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def sleep(_delay: float) -> None:
+        return None
+
+
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch):
-    """`retry.asyncio` is the asyncio module: the patch is seen by every task on the session's
-    loop. So it still yields (sleep(0)); a no-op that never suspends hung CI once: a task
-    left by an earlier test looped on `await asyncio.sleep(interval)` without ever giving
-    the loop back."""
-
-    async def instant(_delay: float) -> None:
-        await REAL_SLEEP(0)
-
-    monkeypatch.setattr(retry.asyncio, "sleep", instant)
+    monkeypatch.setattr(retry, "asyncio", InstantAsyncio())
 
 
 def failing_then_ok(*errors: BaseException):
@@ -64,3 +71,9 @@ async def test_permanent_errors_are_raised_at_once():
     with pytest.raises(MessageSizeTooLargeError):
         await retry_transient("sending", step)
     assert len(calls) == 1
+
+
+async def test_only_retry_skips_its_backoff():
+    """Every other task on the session's loop still sleeps for real."""
+    assert asyncio.sleep is REAL_SLEEP
+    assert retry.asyncio.sleep is not REAL_SLEEP
