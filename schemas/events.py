@@ -457,6 +457,16 @@ class InputTranscribed(Event, frozen=True, tag="input.transcribed"):
     # a guess of the voice loop: P(the user's message ends after `text`), from a text model
     # (workers.preprocess.sentence_end); -1: not judged (another language, or not a guess)
     ends_sentence: float = -1.0
+    # the text model's verdict is on its way in a `SentenceEndJudged` (it runs beside the
+    # answer, not before it); `ends_sentence` is then -1 here
+    judging: bool = False
+
+
+class SentenceEndJudged(Event, frozen=True, tag="sentence_end.judged"):
+    """Relay frame for the edge alone: the text model's verdict on a guess's transcript,
+    sent after the answer started (`InputTranscribed.judging`); never shown to the client."""
+
+    ends_sentence: float  # P(the message ends after the transcript); -1: the model failed
 
 
 class TurnCancelled(Event, frozen=True, tag="turn.cancelled"):
@@ -754,6 +764,7 @@ AnyEvent = (
     | TraceRecorded
     | FeedbackGiven
     | InputTranscribed
+    | SentenceEndJudged
     | TurnCancelled
     | TokenChunk
     | TurnStarted

@@ -36,6 +36,8 @@ class Route:
     # reaches the client until the guess is confirmed; `withdrawn` when it proved wrong
     speculative: bool = False
     pause_id: int = 0  # a guess: the voice loop's pause it was started at (its words answer it)
+    # a guess's transcript (text, language) while the text model's verdict on it is awaited
+    judging: tuple[str, str] | None = None
     withdrawn: bool = False
     # a guess whose answer may call the deployment's side-effecting tools: they wait for
     # its confirmation (marked in Redis), so the confirmation is told

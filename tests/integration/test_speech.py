@@ -283,6 +283,39 @@ async def test_a_pause_mid_sentence_withdraws_the_guess_and_the_whole_sentence_i
     assert len(questions) == 2 and {"capital", "france"} <= set(words(questions[0]))
 
 
+async def test_semantic_vad_with_the_text_model_keeps_listening_where_no_word_list_can():
+    """ "Could you explain why the sky is" ends on a word the lists leave alone (a verb that
+    also ends sentences) and sounds finished to the turn model; the text model (SmolLM2, its
+    verdict sent after the guess's answer started) reads it as unfinished, so the 0.8 s pause
+    does not end the turn (eagerness high: only 1 s of silence would) and the whole question
+    is the one turn answered. Without the text model the turn ends on the half (checked)."""
+    async with stack(sentence_end_model=True) as (_, _, client):
+        await client.update_session(
+            turn_detection=TurnDetection(
+                conversation_id=conv(), stream_id="mic", type="semantic_vad", eagerness="high"
+            ),
+        )
+        await client.append_audio("mic", pcm16(quiet_room(0.5)))
+        rest = np.concatenate(
+            [
+                spoken("Could you explain why the sky is", trim=True),
+                quiet_room(0.8),
+                spoken("blue.", trim=True),
+                quiet_room(1.5),
+            ]
+        )
+        audio = pcm16(rest)
+        for offset in range(0, len(audio), 1024):  # as a microphone: 32 ms every 32 ms
+            await client.append_audio("mic", audio[offset : offset + 1024])
+            await asyncio.sleep(0.032)
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        accepted = await client.next_event()
+        assert isinstance(accepted, TurnAccepted)
+        events = [e async for e in client.events(accepted.turn_id)]
+    transcript = next(e for e in events if isinstance(e, InputTranscript))
+    assert {"why", "blue"} <= set(words(transcript.text))  # the whole question
+
+
 async def test_with_no_tts_worker_the_text_is_whole_and_speech_ends_with_a_clear_error():
     async with stack(with_tts=False, speech_deadline_s=1.0) as (_, _, client):
         turn_id = await client.start_turn(conv(), "Hello there.", speech=SpeechOptions("joe"))

@@ -10,7 +10,9 @@ sentence's final punctuation, the transcript's own trailing punctuation removed 
 puts "?" after half a question). One forward pass, ~90 ms of one core for a spoken question.
 
 English only (the model's language); other languages get -1 (not judged: the word lists
-decide). Only for guesses (`TurnSubmitted.speculative`): nothing else waits on it.
+decide). Only for guesses (`TurnSubmitted.judge_sentence_end`), and beside the answer: the
+preprocessing worker publishes the transcript and the enriched turn first, then the verdict
+(`SentenceEndJudged`), which only the edge's end of turn waits on.
 """
 
 from __future__ import annotations
@@ -54,11 +56,16 @@ class SentenceEnd:
         self._tokenizer, self._model = tokenizer, model.eval()
         self._ends = [end_of_message, *marks]
 
+    @staticmethod
+    def judges(text: str, language: str = "") -> bool:
+        """Whether `probability` reads this transcript (else it says `NOT_JUDGED`)."""
+        return language in LANGUAGES and bool(_TRAILING.sub("", text.strip()))
+
     def probability(self, text: str, language: str = "") -> float:
         """P(the message ends after `text`), or `NOT_JUDGED` for another language or no text."""
-        words = _TRAILING.sub("", text.strip())
-        if language not in LANGUAGES or not words:
+        if not self.judges(text, language):
             return NOT_JUDGED
+        words = _TRAILING.sub("", text.strip())
         import torch
 
         with self._lock:

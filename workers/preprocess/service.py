@@ -36,6 +36,7 @@ from schemas.events import (
     MediaRef,
     SafetyVerdict,
     Screening,
+    SentenceEndJudged,
     TranscriptSegment,
     TurnEnriched,
     TurnSubmitted,
@@ -111,50 +112,59 @@ class PreprocessService:
 
     async def run_turn(self, turn: TurnSubmitted) -> None:
         async with self._conversations.hold(turn.conversation_id):
-            started = self.clock_ms()
-            if turn.media and not await self._settled(turn):
-                try:
-                    enriched = await self._enrich(turn, started)
-                except PreprocessError as err:
-                    log.info("turn %s: %s (%s)", turn.turn_id, err, err.code)
-                    await self._fail(turn, ErrorInfo(err.code, str(err), err.retryable))
-                    return
-            else:
-                enriched = TurnEnriched(
-                    turn_id=turn.turn_id,
-                    submitted=turn,
-                    text=turn.text,
-                    preprocess_ms=round(self.clock_ms() - started, 3),
+            judge = await self._preprocess(turn)
+        if judge is not None:  # beside the answer, which has started: out of its way
+            await self._judge(turn, judge)
+
+    async def _preprocess(self, turn: TurnSubmitted) -> HeardSpeech | None:
+        """Enrich and publish one turn; the transcript the text model is still to judge
+        (the edge was told a verdict follows), or None."""
+        judge: HeardSpeech | None = None
+        started = self.clock_ms()
+        if turn.media and not await self._settled(turn):
+            try:
+                enriched, judge = await self._enrich(turn, started)
+            except PreprocessError as err:
+                log.info("turn %s: %s (%s)", turn.turn_id, err, err.code)
+                await self._fail(turn, ErrorInfo(err.code, str(err), err.retryable))
+                return None
+        else:
+            enriched = TurnEnriched(
+                turn_id=turn.turn_id,
+                submitted=turn,
+                text=turn.text,
+                preprocess_ms=round(self.clock_ms() - started, 3),
+            )
+        if self.gate is not None:
+            # the client's own system message and the tool results it returns are read
+            # with the turn, one reading: a result reaches the prompt as the user's words
+            # do, so an injection hidden in what a tool fetched is stopped like one typed
+            results = [r.output for r in turn.tool_results]
+            screened = "\n\n".join(t for t in (turn.instructions, *results, enriched.text) if t)
+            decision = await self.gate.judge(turn, screened, enriched.images)
+            if decision.blocked:
+                log.info("turn %s blocked: %s", turn.turn_id, decision.screening.labels)
+                error = ErrorInfo(decision.code, decision.reason, False)
+                await self._fail(
+                    turn, error, FinishReason.SAFETY, decision.screening, decision.verdict
                 )
-            if self.gate is not None:
-                # the client's own system message and the tool results it returns are read
-                # with the turn, one reading: a result reaches the prompt as the user's words
-                # do, so an injection hidden in what a tool fetched is stopped like one typed
-                results = [r.output for r in turn.tool_results]
-                screened = "\n\n".join(t for t in (turn.instructions, *results, enriched.text) if t)
-                decision = await self.gate.judge(turn, screened, enriched.images)
-                if decision.blocked:
-                    log.info("turn %s blocked: %s", turn.turn_id, decision.screening.labels)
-                    error = ErrorInfo(decision.code, decision.reason, False)
-                    await self._fail(
-                        turn, error, FinishReason.SAFETY, decision.screening, decision.verdict
-                    )
-                    return
-                enriched = msgspec.structs.replace(
-                    enriched, screening=decision.screening, verdicts=[decision.verdict]
-                )
-            # the wall clock as it leaves: the trace's preprocessing hop ends here
+                return None  # its end tells the edge no verdict comes
             enriched = msgspec.structs.replace(
-                enriched,
-                text_language=detect_text_language(turn.text) if turn.text else "",
-                enriched_at_ms=now_ms(),
+                enriched, screening=decision.screening, verdicts=[decision.verdict]
             )
-            await retry_transient(
-                "publishing turns.enriched",
-                lambda: self.producer.send_and_wait(
-                    self.config.enriched_topic, encode(enriched), turn.conversation_id.encode()
-                ),
-            )
+        # the wall clock as it leaves: the trace's preprocessing hop ends here
+        enriched = msgspec.structs.replace(
+            enriched,
+            text_language=detect_text_language(turn.text) if turn.text else "",
+            enriched_at_ms=now_ms(),
+        )
+        await retry_transient(
+            "publishing turns.enriched",
+            lambda: self.producer.send_and_wait(
+                self.config.enriched_topic, encode(enriched), turn.conversation_id.encode()
+            ),
+        )
+        return judge
 
     async def fail_turn(self, event: AnyEvent, reason: str) -> None:
         """Last resort when handling failed unexpectedly: the client still gets an answer."""
@@ -170,8 +180,12 @@ class PreprocessService:
             done, cancelled = await pipe.execute()
         return bool(done or cancelled)
 
-    async def _enrich(self, turn: TurnSubmitted, started: float) -> TurnEnriched:
+    async def _enrich(
+        self, turn: TurnSubmitted, started: float
+    ) -> tuple[TurnEnriched, HeardSpeech | None]:
+        """The enriched turn, and the transcript still to be judged by the text model."""
         texts = [turn.text] if turn.text else []
+        judge: HeardSpeech | None = None
         language = ""
         transcript: list[TranscriptSegment] = []
         images: list[ImageInput] = []
@@ -181,9 +195,15 @@ class PreprocessService:
                 transcript = heard.segments
                 language = language or heard.language
                 texts.append(heard.text)
-                ends = NOT_JUDGED
-                if turn.judge_sentence_end:  # the edge's end of turn waits on it
-                    ends = await self._sentence_end(heard.text, heard.language)
+                # the edge's end of turn waits on the text model's verdict: it comes after
+                # the enriched turn is out (`_judge`), so the answer does not wait for it
+                judging = (
+                    turn.judge_sentence_end
+                    and self.sentence_end is not None
+                    and self.sentence_end.judges(heard.text, heard.language)
+                )
+                if judging:
+                    judge = heard
                 await self.relay.publish_confirmed(  # before the answer can start
                     self.names.edge_channel(turn.edge_id),
                     InputTranscribed(
@@ -192,12 +212,12 @@ class PreprocessService:
                         segments=heard.segments,
                         audio_s=heard.audio_s,
                         language=heard.language,
-                        ends_sentence=ends,
+                        judging=judging,
                     ),
                 )
             else:
                 images.append(await self.images.prepare(ref, self._load))
-        return TurnEnriched(
+        enriched = TurnEnriched(
             turn_id=turn.turn_id,
             submitted=turn,
             text="\n".join(texts),
@@ -205,6 +225,16 @@ class PreprocessService:
             transcript=transcript,
             language=language,
             preprocess_ms=round(self.clock_ms() - started, 3),
+        )
+        return enriched, judge
+
+    async def _judge(self, turn: TurnSubmitted, heard: HeardSpeech) -> None:
+        """The text model's verdict on a guess's transcript, to the edge that waits on it
+        (a model that fails sends -1: the edge's word lists decide at once)."""
+        ends = await self._sentence_end(heard.text, heard.language)
+        self.relay.publish(
+            self.names.edge_channel(turn.edge_id),
+            SentenceEndJudged(turn_id=turn.turn_id, ends_sentence=ends),
         )
 
     async def _sentence_end(self, text: str, language: str) -> float:

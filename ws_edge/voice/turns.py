@@ -16,6 +16,7 @@ import msgspec
 from schemas.events import (
     AnyEvent,
     InputTranscribed,
+    SentenceEndJudged,
     SpeechSettings,
     Truncation,
     TurnCompleted,
@@ -282,12 +283,19 @@ class VoiceTurns:
 
     def _guess_heard(self, route: Route, event: AnyEvent) -> list[Action]:
         """A frame of the guess still running: its transcript says whether the words stop
-        mid-sentence (the semantic end of turn weighs them); a guess that ended without one
-        says none will come."""
+        mid-sentence (the semantic end of turn weighs them), with the text model's verdict
+        when one follows it; a guess that ended without them says none will come."""
         if isinstance(event, InputTranscribed):
             detection = self._detection
             language = event.language or (detection.language if detection else None) or "en"
+            if event.judging:  # the text model's verdict follows: the words wait for it
+                route.judging = (event.text, language)
+                return []
             unfinished = guess_unfinished(event.text, language, event.ends_sentence)
+            return self._words_heard(route.pause_id, unfinished)
+        if isinstance(event, SentenceEndJudged) and route.judging is not None:
+            (text, language), route.judging = route.judging, None
+            unfinished = guess_unfinished(text, language, event.ends_sentence)
             return self._words_heard(route.pause_id, unfinished)
         if isinstance(event, TurnCompleted):
             return self._words_heard(route.pause_id, None)

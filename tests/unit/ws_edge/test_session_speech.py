@@ -14,6 +14,7 @@ from schemas.events import (
     InputTranscribed,
     MediaKind,
     MediaRef,
+    SentenceEndJudged,
     SpeechAudio,
     SpeechDelivered,
     SpeechSettings,
@@ -1225,6 +1226,48 @@ def test_semantic_vad_keeps_listening_when_the_guess_stops_mid_sentence():
     assert mic.say([0.0] * 20) == []  # 864 ms of silence, still listening
     # the rest of the sentence: the guess is withdrawn, the whole utterance answered later
     assert RequestCancel(turn_id, "c1", "withdrawn") in mic.say([0.9] * 5)
+
+
+def test_semantic_vad_words_wait_for_the_text_models_verdict_that_follows_them():
+    session, _, mic = semantic()
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [submit, check] = mic.say([0.0])
+    turn_id = submit.turn.turn_id
+    session.submit_succeeded(turn_id)
+    assert session.turn_verdict("mic", check.pause_id, 0.97) == []
+    words = "Tell me why the sky is"  # no word list catches it: the text model does
+    heard = InputTranscribed(turn_id=turn_id, text=words, segments=[], audio_s=0.3, judging=True)
+    assert session.relay(heard) == []  # the verdict is on its way: not judged on the lists
+    started = TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a1")
+    assert session.relay(started) == []  # the answer runs meanwhile
+    assert session.relay(SentenceEndJudged(turn_id=turn_id, ends_sentence=0.002)) == []
+    assert mic.say([0.0] * 20) == []  # unfinished: still listening after 864 ms of silence
+    assert RequestCancel(turn_id, "c1", "withdrawn") in mic.say([0.9] * 5)
+
+
+def test_semantic_vad_a_verdict_that_the_message_ends_confirms_the_guess_at_once():
+    session, _, mic = semantic()
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [submit, check] = mic.say([0.0])
+    turn_id = submit.turn.turn_id
+    session.submit_succeeded(turn_id)
+    assert session.turn_verdict("mic", check.pause_id, 0.97) == []
+    heard = InputTranscribed(
+        turn_id=turn_id, text="What time is it", segments=[], audio_s=0.3, judging=True
+    )
+    assert session.relay(heard) == []
+    started = TurnStarted(turn_id=turn_id, worker_id="w", model="m", attempt="a1")
+    assert session.relay(started) == []
+    # the verdict confirms the turn: the client gets it in the order it was produced, and
+    # never the verdict itself
+    assert session.relay(SentenceEndJudged(turn_id=turn_id, ends_sentence=0.4)) == [
+        Send(InputSpeechStopped("mic", 16 * 32.0, turn_id=turn_id)),
+        Send(TurnAccepted(turn_id, "c1")),
+        Send(InputTranscript(turn_id, "What time is it", [], 0.3)),
+        Send(ResponseStarted(turn_id, "m")),
+    ]
+    # a verdict arriving after the turn is the user's changes nothing
+    assert session.relay(SentenceEndJudged(turn_id=turn_id, ends_sentence=0.0)) == []
 
 
 def test_semantic_vad_a_guess_that_fails_without_words_ends_a_complete_turn():
