@@ -67,10 +67,16 @@ from ws_edge.voice.speech_detector import SpeechDetector
 VOICES = ("joe", "espeak")
 # What each run sets up: how turns end, and whether Whisper reads a window sized to the speech.
 # "before" is the stack as it was until 2026-12-06 (the baseline, in the same run).
-CONFIGS = {
+# "after+lm" adds the preprocessing worker's English text model (TURNSTREAM_SENTENCE_END_MODEL).
+CONFIGS: dict[str, dict] = {
     "before": {"turn_detection": "server_vad", "asr_short_window": False},
     "window": {"turn_detection": "server_vad", "asr_short_window": True},  # one change alone
     "after": {"turn_detection": "semantic_vad", "asr_short_window": True},
+    "after+lm": {
+        "turn_detection": "semantic_vad",
+        "asr_short_window": True,
+        "sentence_end_model": True,
+    },
 }
 QUESTION = "What is the capital of France?"
 # A long answer to barge in on (the fake engine echoes the question). Not "Tell me about
@@ -169,6 +175,7 @@ async def run_voice(voice: str, config: str, args: argparse.Namespace, speech: n
         safety_output_policy="off",
         vad_silence_ms=args.silence_ms,
         asr_short_window=setup["asr_short_window"],
+        sentence_end_model=setup.get("sentence_end_model", False),
     )
     voice_end_ms = end_of_speech_ms(speech)
     engine = FakeEngine(token_interval_s=args.token_ms / 1000)
@@ -177,6 +184,9 @@ async def run_voice(voice: str, config: str, args: argparse.Namespace, speech: n
         pipeline(settings, engine, with_tts=True) as running,
         EdgeClient.connect(running.url, running.token()) as client,
     ):
+        judge = running.preprocess.service.sentence_end if running.preprocess else None
+        if judge is not None:  # as after a first guess (it loads on one)
+            await asyncio.to_thread(judge.load)
         conversation = f"c-{uuid.uuid4().hex[:8]}"
         await client.update_session(
             speech=SpeechOptions(voice),
@@ -303,7 +313,8 @@ def main() -> None:
         default=list(CONFIGS),
         choices=list(CONFIGS),
         help="before: server_vad + Whisper's 30 s window; window: server_vad + a window sized "
-        "to the speech; after: semantic_vad + that window",
+        "to the speech; after: semantic_vad + that window; after+lm: and the English text "
+        "model's verdict on each guess",
     )
     parser.add_argument(
         "--silence-ms", type=float, default=500.0, help="the VAD's end-of-speech silence"

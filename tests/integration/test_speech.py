@@ -289,7 +289,10 @@ async def test_semantic_vad_with_the_text_model_keeps_listening_where_no_word_li
     verdict sent after the guess's answer started) reads it as unfinished, so the 0.8 s pause
     does not end the turn (eagerness high: only 1 s of silence would) and the whole question
     is the one turn answered. Without the text model the turn ends on the half (checked)."""
-    async with stack(sentence_end_model=True) as (_, _, client):
+    async with stack(sentence_end_model=True) as (running, _, client):
+        judge = running.preprocess.service.sentence_end if running.preprocess else None
+        assert judge is not None
+        await asyncio.to_thread(judge.load)  # as after a first guess (it loads on one)
         await client.update_session(
             turn_detection=TurnDetection(
                 conversation_id=conv(), stream_id="mic", type="semantic_vad", eagerness="high"

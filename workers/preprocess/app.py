@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,8 +22,6 @@ from workers.preprocess.speech import SpeechPool
 from workers.preprocess.vision import VisionPipeline
 from workers.runtime.clients import WorkerClients
 from workers.runtime.running import RunningService
-
-log = logging.getLogger("turnstream.preprocess")
 
 CONSUMER_GROUP = "preprocess"
 
@@ -54,18 +50,11 @@ def asr_model_path(settings: Settings) -> Path | None:
 
 
 def build_sentence_end(settings: Settings) -> SentenceEnd | None:
-    """The text model that judges the voice loop's guesses (None: off); `run_preprocessor`
-    loads it (~1 s) off the loop at start, else the first guess does."""
+    """The text model that judges the voice loop's guesses (None: off); it loads on the
+    first guess that asks for it (`SentenceEnd.judges`)."""
     if not settings.sentence_end_model:
         return None
     return SentenceEnd(default_model_dir(settings))
-
-
-def _warm(sentence_end: SentenceEnd) -> None:
-    try:
-        sentence_end.load()
-    except Exception as exc:  # each guess then goes without it (its words' lists decide)
-        log.warning("the sentence-end model did not load: %s", exc)
 
 
 def build_gate(settings: Settings, clients: WorkerClients) -> InputGate | None:
@@ -92,8 +81,6 @@ async def run_preprocessor(
     text_language.warm()  # before joining the group: a worker without its model stops here
     clients = WorkerClients.build(settings, CONSUMER_GROUP, TURNS_SUBMITTED)
     sentence_end = build_sentence_end(settings)
-    if sentence_end is not None:  # ~1 s, off the loop: the first guess must not wait for it
-        asyncio.get_running_loop().run_in_executor(None, _warm, sentence_end)
     service = PreprocessService(
         redis=clients.redis,
         producer=clients.producer,

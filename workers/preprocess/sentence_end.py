@@ -17,10 +17,13 @@ preprocessing worker publishes the transcript and the enriched turn first, then 
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("turnstream.preprocess")
 
 NOT_JUDGED = -1.0
 LANGUAGES = frozenset({"en", ""})  # "": tiny.en's transcripts (English only) carry no language
@@ -28,7 +31,11 @@ _TRAILING = re.compile(r"[\s.?!…,;:]+$")
 
 
 class SentenceEnd:
-    """Blocking (call it in a thread); the model loads on first use, or with `load()`."""
+    """Blocking (call it in a thread); the model loads on first use, or with `load()`.
+
+    The worker asks `judges` first: the model (~0.5 GB resident, ~1 s to load) then loads in
+    the background on the first guess that wants it, and until it has, guesses go with the
+    word lists alone. A deployment without semantic_vad sessions never loads it."""
 
     def __init__(self, model_dir: Path, *, threads: int = 1) -> None:
         self._model_dir = model_dir
@@ -37,6 +44,8 @@ class SentenceEnd:
         self._model: Any = None
         self._tokenizer: Any = None
         self._ends: list[int] = []
+        self._loading: threading.Thread | None = None
+        self.failed = False  # it did not load: never judges (logged once)
 
     def load(self) -> None:
         with self._lock:
@@ -56,16 +65,38 @@ class SentenceEnd:
         self._tokenizer, self._model = tokenizer, model.eval()
         self._ends = [end_of_message, *marks]
 
-    @staticmethod
-    def judges(text: str, language: str = "") -> bool:
-        """Whether `probability` reads this transcript (else it says `NOT_JUDGED`)."""
-        return language in LANGUAGES and bool(_TRAILING.sub("", text.strip()))
+    def judges(self, text: str, language: str = "") -> bool:
+        """Whether the model reads this transcript now: its language, some words, and the
+        model loaded (the first ask starts loading it in the background)."""
+        if language not in LANGUAGES or not _TRAILING.sub("", text.strip()) or self.failed:
+            return False
+        if self._model is None:
+            self._load_in_background()
+            return False
+        return True
+
+    def _load_in_background(self) -> None:
+        with self._lock:
+            if self._loading is not None or self._model is not None:
+                return
+            self._loading = threading.Thread(
+                target=self._load_quietly, name="sentence-end-load", daemon=True
+            )
+            self._loading.start()
+
+    def _load_quietly(self) -> None:
+        try:
+            self.load()
+        except Exception as exc:  # guesses go on with the word lists alone
+            self.failed = True
+            log.warning("the sentence-end model did not load: %s", exc)
 
     def probability(self, text: str, language: str = "") -> float:
-        """P(the message ends after `text`), or `NOT_JUDGED` for another language or no text."""
-        if not self.judges(text, language):
-            return NOT_JUDGED
+        """P(the message ends after `text`), or `NOT_JUDGED` for another language or no text
+        (loads the model first if it has not)."""
         words = _TRAILING.sub("", text.strip())
+        if language not in LANGUAGES or not words:
+            return NOT_JUDGED
         import torch
 
         with self._lock:

@@ -48,3 +48,19 @@ def test_other_languages_and_no_words_are_not_judged(model):
     assert model.probability("¿Por qué el mar es", "es") == NOT_JUDGED
     assert model.probability(" ... ", "en") == NOT_JUDGED
     assert model.probability("Why is the ocean", "") != NOT_JUDGED  # tiny.en: no language
+
+
+def test_the_first_guess_that_asks_starts_the_load_and_goes_unjudged(model, tmp_path):
+    lazy = SentenceEnd(convert(default_model_dir(Settings())))
+    assert not lazy.judges("What time is it", "en")  # not loaded: the word lists decide
+    assert lazy._loading is not None
+    lazy._loading.join(timeout=120)
+    assert lazy.judges("What time is it", "en")
+    assert not lazy.judges("¿Qué hora es?", "es")  # English only
+    assert not lazy.judges("?", "en")  # no words
+
+    missing = SentenceEnd(tmp_path / "no-model")
+    assert not missing.judges("What time is it", "en")
+    assert missing._loading is not None
+    missing._loading.join(timeout=120)
+    assert missing.failed and not missing.judges("What time is it", "en")  # never again
