@@ -81,6 +81,10 @@ RULES: dict[str, TurnRules | None] = {
     "semantic high + words": EAGERNESS["high"],
     "semantic medium + words": EAGERNESS["medium"],
     "semantic medium + words + LM": EAGERNESS["medium"],
+    # the same, the client naming its user's language (`turn_detection.language`): Whisper
+    # base transcribes in it instead of detecting it (English: tiny.en either way)
+    "semantic medium + words + LM, language given": EAGERNESS["medium"],
+    "semantic low + words + LM": EAGERNESS["low"],
 }
 
 
@@ -175,17 +179,21 @@ class Ears:
         self.sentence_end = SentenceEnd(default_model_dir(Settings()))
         self._heard: dict[tuple[int, str], tuple[str, float, float, float]] = {}
 
-    def hear(self, pcm: bytes, lang: str) -> tuple[str, float, float, float]:
+    def hear(
+        self, pcm: bytes, lang: str, *, given: bool = False
+    ) -> tuple[str, float, float, float]:
         """The words, the CPU ms they took, the text model's P(the message ends here) (-1:
-        not judged) and the CPU ms it took."""
-        key = (hash(pcm), lang)
+        not judged) and the CPU ms it took. `given`: the language is the client's hint."""
+        key = (hash(pcm), lang, given)
         if key not in self._heard:
             from workers.preprocess.vad import SpeechSegment
 
             audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
             whisper = self.english if lang == "en" else self.multilingual
             started = time.process_time()
-            heard = whisper.transcribe(audio, [SpeechSegment(0.0, len(audio) / 16_000)])
+            heard = whisper.transcribe(
+                audio, [SpeechSegment(0.0, len(audio) / 16_000)], language=lang if given else None
+            )
             asr_ms = 1000 * (time.process_time() - started)
             started = time.process_time()
             ends = self.sentence_end.probability(heard.text, heard.language)
@@ -202,6 +210,7 @@ def run_clip(
     ears: Ears | None = None,
     *,
     text_model: bool = False,
+    language_given: bool = False,
 ) -> Outcome:
     """The clip through the end-pointer; the model's verdicts land after their compute time,
     and with `ears` (a guess at each pause) its words after their transcription's."""
@@ -232,7 +241,7 @@ def run_clip(
                 due, pause_id = k + 1 + math.ceil(took / FRAME_MS), event.pause_id
                 late.append((due, now_ms + took, partial(loop.turn_verdict, pause_id, p)))
             if isinstance(event, SpeechPaused) and event.guess and ears is not None:
-                text, asr_ms, ends, lm_ms = ears.hear(event.pcm, clip.lang)
+                text, asr_ms, ends, lm_ms = ears.hear(event.pcm, clip.lang, given=language_given)
                 if not text_model:  # TURNSTREAM_SENTENCE_END_MODEL=false: the lists alone
                     ends, lm_ms = -1.0, 0.0
                 took = asr_ms + lm_ms + PIPELINE_MS
@@ -297,12 +306,12 @@ def summarise(results: list[dict]) -> list[dict]:
 def print_table(rows: list[dict], pause_ms: float) -> None:
     print(f"end of turn, {pause_ms:g} ms pauses mid-sentence (false end = cut off in the pause)")
     print(
-        f"{'set':>8} {'lang':>4} {'voice':>7} {'rule':>23} {'false end':>10} {'wait mean':>10} "
+        f"{'set':>8} {'lang':>4} {'voice':>7} {'rule':>44} {'false end':>10} {'wait mean':>10} "
         f"{'p50/p90':>13} {'never':>6} {'calls':>6} {'ms/call':>8} {'AUC':>5}"
     )
     for r in rows:
         print(
-            f"{r['set']:>8} {r['lang']:>4} {r['voice']:>7} {r['rule']:>23} "
+            f"{r['set']:>8} {r['lang']:>4} {r['voice']:>7} {r['rule']:>44} "
             f"{100 * r['false_end_rate']:>5.0f}% /{r['paused']:<3} {r['wait_mean_ms']:>8.0f}ms "
             f"{r['wait_p50_ms']:>6.0f}/{r['wait_p90_ms']:<6.0f} {r['never_ended']:>6} "
             f"{r['model_calls_per_clip']:>6.2f} {r['model_ms_per_call']:>8.1f} "
@@ -320,7 +329,7 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
         g for g in dict.fromkeys((r["set"], r["lang"], r["voice"]) for r in rows) if g[0] != "all"
     ]
     labels = [f"{lang}\n{voice}\n{set_name}" for set_name, lang, voice in groups]
-    fig, (left, right) = plt.subplots(2, 1, figsize=(16, 9))
+    fig, (left, right) = plt.subplots(2, 1, figsize=(19, 9))
     width = 0.8 / len(RULES)
     x = np.arange(len(groups))
     for i, rule in enumerate(RULES):
@@ -335,7 +344,7 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
     for ax, title in ((left, "false end of turn"), (right, "wait after the user finished")):
         ax.set_xticks(x + width * (len(RULES) - 1) / 2, labels)
         ax.set_title(title)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0))
     fig.suptitle(
         f"end of turn on spoken utterances (bench.turn_taking, {time.strftime('%Y-%m-%d')})"
     )
@@ -367,8 +376,17 @@ def main() -> None:
         probs = detector.score(clip.pcm[: len(clip.pcm) - len(clip.pcm) % FRAME_BYTES])
         for rule, turn in RULES.items():
             words = "+ words" in rule
-            lm = rule.endswith("LM")
-            out = run_clip(clip, turn, model, probs, ears if words else None, text_model=lm)
+            lm = "+ LM" in rule
+            given = "language given" in rule
+            out = run_clip(
+                clip,
+                turn,
+                model,
+                probs,
+                ears if words else None,
+                text_model=lm,
+                language_given=given,
+            )
             cut_off = (
                 clip.kind == "paused"
                 and out.ended_at_ms is not None
