@@ -259,9 +259,9 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
     bottom = np.zeros(len(rows))
-    names = [r["voice"] for r in rows]
+    names = [r["voice"].replace(" ", "\n", 1) for r in rows]  # "joe\nafter": no overlap
     for hop in HOPS:
         values = np.array([r[f"{hop}_hop_p50_ms"] for r in rows])
         left.bar(names, values, bottom=bottom, label=hop)

@@ -7,7 +7,8 @@ on "… why the sky is" or "… eat raw". The bundled SmolLM2-135M-Instruct (the
 engine's model, `runtime.smollm2`) reads the transcript as the start of a user message and
 gives the probability that the message ends there: the next token is `<|im_end|>` or a
 sentence's final punctuation, the transcript's own trailing punctuation removed (Whisper
-puts "?" after half a question). One forward pass, ~90 ms of one core for a spoken question.
+puts "?" after half a question). One forward pass, 90-110 ms of one core for a spoken
+question (the last position's logits only).
 
 English only (the model's language); other languages get -1 (not judged: the word lists
 decide). Only for guesses (`TurnSubmitted.judge_sentence_end`), and beside the answer: the
@@ -103,5 +104,6 @@ class SentenceEnd:
             self._load_locked()
             ids = self._tokenizer(f"<|im_start|>user\n{words}", return_tensors="pt").input_ids
             with torch.no_grad():
-                logits = self._model(ids).logits[0, -1]
+                # the last position's logits alone: ~15% less CPU than all of them
+                logits = self._model(ids, logits_to_keep=1).logits[0, -1]
             return round(float(torch.softmax(logits, -1)[self._ends].sum()), 6)
