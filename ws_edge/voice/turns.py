@@ -168,6 +168,11 @@ class VoiceTurns:
         self._forget_played()
         return speaking + list(self._played.items())
 
+    def _audible(self) -> list[tuple[str, Route]]:
+        """Answers the user has begun to hear (their first audio went out): speech over one of
+        them is talking over the assistant (a backchannel, a command or a barge-in)."""
+        return [(t, r) for t, r in self._speaking() if r.first_audio_ms is not None]
+
     def _forget_played(self) -> None:
         """Drop the answers that (by the real-time estimate) finished playing: nothing is
         left of them to cut."""
@@ -187,7 +192,7 @@ class VoiceTurns:
         """Scores of the frames a `DetectSpeech` asked for: speech starts, barge-ins, turns."""
         return self._on_loop(
             stream_id,
-            lambda loop: loop.scored(frames, probs, assistant_speaking=bool(self._speaking())),
+            lambda loop: loop.scored(frames, probs, assistant_speaking=bool(self._audible())),
         )
 
     def turn_verdict(
@@ -230,7 +235,14 @@ class VoiceTurns:
         stream_id, detection, event = args
         match event:
             case SpeechStarted(at_ms):
-                return [Send(InputSpeechStarted(stream_id, at_ms))]
+                # the user goes on before hearing a word of an answer (an end of turn that came
+                # too soon, or more to say): it answers what they had not finished, so it stops
+                # now, with nothing heard; what they say is the next turn, never a backchannel
+                actions = [Send(InputSpeechStarted(stream_id, at_ms))]
+                for turn_id, route in self._speaking():
+                    if route.first_audio_ms is None:
+                        actions += self._interrupt(turn_id, route, 0.0, "barge_in")
+                return actions
             case BargeIn():
                 actions: list[Action] = []
                 for turn_id, route in self._speaking():

@@ -712,6 +712,32 @@ def test_not_a_command_or_a_verdict_for_a_closed_loop_changes_nothing():
     ]
 
 
+def test_speech_before_a_word_of_the_answer_is_heard_stops_it_and_is_the_next_turn():
+    """The turn ended too soon ("Could you explain why the sky is" … "blue?"): the user goes
+    on before the answer's first audio. The answer stops at once, nothing of it heard, and
+    the short rest is a turn of its own, not a backchannel dropped over the voice."""
+    session, clock, mic = listening(speech=True, vad=NO_GUESS)
+    turn_id = spoken_turn(session)  # accepted and generating, no audio out yet
+    clock.now = 5000.0
+    [started, *stopped] = mic.say([0.9] * 8)  # 256 ms: speech
+    assert started == Send(InputSpeechStarted("mic", 0.0))
+    assert stopped == truncated(turn_id, "", 0.0, reason="barge_in", at=5000.0)
+    [ended, submit] = mic.say([0.9] * 4 + [0.0] * 16)  # "blue?" (384 ms) and silence
+    assert isinstance(submit, SubmitTurn)  # not ignored as a backchannel
+    assert ended == Send(InputSpeechStopped("mic", 12 * 32.0, turn_id=submit.turn.turn_id))
+    assert submit.turn.truncates == [Truncation(turn_id, "", 0.0)]
+    # its frames still on their way go nowhere
+    assert session.relay(audio(turn_id, 0, FIRST, 0, 1000)) == []
+
+
+def test_speech_once_the_answer_is_heard_keeps_the_backchannel_rule():
+    session, clock, mic = listening(speech=True, vad=NO_GUESS)
+    turn_id = speaking_turn(session, clock, at=5000.0)  # its first audio went out
+    clock.now = 5100.0
+    assert mic.say([0.9] * 8) == [Send(InputSpeechStarted("mic", 0.0))]  # not stopped
+    assert session.open_turns == [turn_id]
+
+
 def test_speech_while_the_assistant_is_silent_never_barges_in():
     session, clock, mic = listening(speech=True, vad=NO_GUESS)
     played_turn(session, clock, at=5000.0)
