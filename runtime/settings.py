@@ -840,6 +840,14 @@ class Settings:
         "Edge voice loop: user speech over the assistant's voice interrupts it only once it "
         "lasts this long; shorter (mm-hm, yeah) is a backchannel and is ignored.",
     )
+    barge_in_grace_ms: float = _var(
+        "TURNSTREAM_BARGE_IN_GRACE_MS",
+        1000.0,
+        "Edge voice loop: speech that starts before an answer has played this long (or before "
+        "its first audio) stops it at once and is the user's next turn, however short: the "
+        "user goes on with what they were saying (an end of turn that came too soon), not a "
+        "backchannel. 0: only before the first audio.",
+    )
     command_check_ms: float = _var(
         "TURNSTREAM_COMMAND_CHECK_MS",
         96.0,

@@ -111,6 +111,7 @@ class EdgeServer:
                 barge_in_ms=settings.barge_in_min_speech_ms,
                 early_silence_ms=settings.vad_early_silence_ms,
                 command_check_ms=settings.command_check_ms,
+                barge_in_grace_ms=settings.barge_in_grace_ms,
             ),
         )
         self.completed_topic = TURNS_COMPLETED.full_name(settings.namespace)

@@ -136,7 +136,8 @@ async def test_an_interrupt_stops_generation_and_speech_and_truncates_the_histor
 
 
 async def a_long_answer_speaking(client: EdgeClient) -> tuple[str, list]:
-    """A voice loop (espeak) asks a long question; its answer's events until the first audio."""
+    """A voice loop (espeak) asks a long question; its answer's events until the first audio,
+    which has then been playing for 1.2 s."""
     updated = await client.update_session(
         speech=SpeechOptions("espeak"),
         turn_detection=TurnDetection(conversation_id=conv(), stream_id="mic"),
@@ -153,6 +154,9 @@ async def a_long_answer_speaking(client: EdgeClient) -> tuple[str, list]:
         events.append(event)
         if isinstance(event, ResponseAudio):
             break
+    # past the first second of the answer (TURNSTREAM_BARGE_IN_GRACE_MS): speech before it is
+    # the user going on with their turn, not talk over the assistant's voice
+    await asyncio.sleep(1.2)
     return accepted.turn_id, events
 
 
@@ -317,6 +321,47 @@ async def test_semantic_vad_with_the_text_model_keeps_listening_where_no_word_li
         events = [e async for e in client.events(accepted.turn_id)]
     transcript = next(e for e in events if isinstance(e, InputTranscript))
     assert {"why", "blue"} <= set(words(transcript.text))  # the whole question
+
+
+async def test_the_rest_of_a_sentence_after_an_early_end_of_turn_stops_the_answer_and_is_asked():
+    """The silence rule ends the turn in a 0.9 s pause mid-sentence; "blue?" comes before the
+    answer was heard for a second: the answer stops (nothing or its first words heard), and
+    the short rest is the next turn, whose prompt holds both halves (it was dropped as a
+    backchannel before protocol 1.18)."""
+    async with stack(token_interval_s=0.15) as (running, _, client):  # still answering
+        conversation = conv()
+        await client.update_session(
+            speech=SpeechOptions("espeak"),
+            turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
+        )
+        await client.append_audio("mic", pcm16(quiet_room(0.5)))
+        rest = np.concatenate(
+            [
+                spoken("Could you explain why the sky is", trim=True),
+                quiet_room(0.9),
+                spoken("blue?", trim=True),
+                quiet_room(1.5),
+            ]
+        )
+        audio = pcm16(rest)
+        for offset in range(0, len(audio), 1024):  # as a microphone: 32 ms every 32 ms
+            await client.append_audio("mic", audio[offset : offset + 1024])
+            await asyncio.sleep(0.032)
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        first = await client.next_event()
+        assert isinstance(first, TurnAccepted)
+        events = [e async for e in client.events(first.turn_id, speech=True)]
+        assert next(e for e in events if isinstance(e, ResponseAudioDone)).reason == "interrupted"
+        assert any(isinstance(e, ResponseTruncated) for e in events)
+        assert isinstance(await client.next_event(), InputSpeechStarted)  # "blue?"
+        second = await client.next_event()
+        assert isinstance(second, TurnAccepted)
+        rest_events = [e async for e in client.events(second.turn_id, speech=True)]
+        transcript = next(e for e in rest_events if isinstance(e, InputTranscript))
+        assert "blue" in words(transcript.text)
+        prompt = await assembled_prompt(running.settings, second.turn_id)
+    questions = [m.content for m in prompt.messages if m.role == Role.USER]
+    assert len(questions) == 2 and "why" in words(questions[0]) and "blue" in words(questions[1])
 
 
 async def test_with_no_tts_worker_the_text_is_whole_and_speech_ends_with_a_clear_error():

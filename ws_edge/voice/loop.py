@@ -54,6 +54,9 @@ class VadRules:
     max_utterance_ms: float = 30_000.0
     early_silence_ms: float = 200.0  # 0 (or >= silence_ms): no speculation
     command_check_ms: float = 96.0  # silence before short speech over the voice is spotted; 0: off
+    # the session's: speech that starts before an answer has played this long is the user
+    # going on with their turn (it stops the answer), not talk over the assistant's voice
+    barge_in_grace_ms: float = 1_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ EAGERNESS: dict[str, TurnRules] = {
 @dataclass(frozen=True, slots=True)
 class SpeechStarted:
     at_ms: float  # into the stream
+    over_assistant: bool = False  # it began over the assistant's voice (barge-in rules apply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +212,7 @@ class VoiceLoop:
             spoken_ms = (self._last_speech - self._speech_start + 1) * FRAME_MS
             if not self._confirmed and spoken_ms >= rules.min_speech_ms:
                 self._confirmed = True
-                events.append(SpeechStarted(self._speech_start * FRAME_MS))
+                events.append(SpeechStarted(self._speech_start * FRAME_MS, self._over_assistant))
             over = self._confirmed and self._over_assistant and not self._barged
             if over and spoken_ms >= rules.barge_in_ms:
                 self._barged = True

@@ -169,9 +169,15 @@ class VoiceTurns:
         return speaking + list(self._played.items())
 
     def _audible(self) -> list[tuple[str, Route]]:
-        """Answers the user has begun to hear (their first audio went out): speech over one of
-        them is talking over the assistant (a backchannel, a command or a barge-in)."""
-        return [(t, r) for t, r in self._speaking() if r.first_audio_ms is not None]
+        """Answers the user has been hearing for the grace (`VadRules.barge_in_grace_ms`):
+        speech over one of them is talk over the assistant (a backchannel, a command or a
+        barge-in). Before that, speech is the user going on with their turn."""
+        grace = self._limits.vad.barge_in_grace_ms
+        return [
+            (t, r)
+            for t, r in self._speaking()
+            if r.first_audio_ms is not None and self._played_ms(r) >= grace
+        ]
 
     def _forget_played(self) -> None:
         """Drop the answers that (by the real-time estimate) finished playing: nothing is
@@ -234,14 +240,15 @@ class VoiceTurns:
     def _voice_event(self, args: tuple[str, TurnDetection, VoiceEvent]) -> list[Action]:
         stream_id, detection, event = args
         match event:
-            case SpeechStarted(at_ms):
-                # the user goes on before hearing a word of an answer (an end of turn that came
-                # too soon, or more to say): it answers what they had not finished, so it stops
-                # now, with nothing heard; what they say is the next turn, never a backchannel
+            case SpeechStarted(at_ms, over_assistant):
+                # speech that began before an answer was heard for the grace is the user going
+                # on (an end of turn that came too soon, or more to say): that answer answers
+                # what they had not finished, so it stops now, keeping what was heard; what
+                # they say is the next turn, never a backchannel
                 actions = [Send(InputSpeechStarted(stream_id, at_ms))]
-                for turn_id, route in self._speaking():
-                    if route.first_audio_ms is None:
-                        actions += self._interrupt(turn_id, route, 0.0, "barge_in")
+                if not over_assistant:
+                    for turn_id, route in self._speaking():
+                        actions += self._interrupt(turn_id, route, None, "barge_in")
                 return actions
             case BargeIn():
                 actions: list[Action] = []

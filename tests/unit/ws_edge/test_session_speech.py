@@ -523,6 +523,9 @@ def test_played_turn_cannot_be_interrupted_after_it_finished_playing():
 # ---- the voice loop ------------------------------------------------------------------------
 DETECTION = {"conversation_id": "c1", "stream_id": "mic"}
 NO_GUESS = VadRules(early_silence_ms=0)  # end-pointing by the silence rule alone
+# talk over the assistant's voice from its first audio on (no grace): the over-voice rules
+HEARD_AT_ONCE = VadRules(barge_in_grace_ms=0)
+NO_GUESS_HEARD_AT_ONCE = VadRules(early_silence_ms=0, barge_in_grace_ms=0)
 
 
 def numbered(first: int, count: int) -> bytes:
@@ -650,7 +653,7 @@ def speaking_turn(session: Session, clock: Clock, *, at: float = 5000.0) -> str:
 
 
 def test_speech_over_the_assistant_barges_in():
-    session, clock, mic = listening(speech=True, vad=NO_GUESS)
+    session, clock, mic = listening(speech=True, vad=NO_GUESS_HEARD_AT_ONCE)
     turn_id = speaking_turn(session, clock, at=5000.0)
     clock.now = 5400.0  # 400 ms of the answer played: "Hello" heard, "there" not
     assert mic.say([0.9] * 18) == [Send(InputSpeechStarted("mic", 0.0))]
@@ -669,7 +672,7 @@ def test_speech_over_the_assistant_barges_in():
 
 
 def test_a_backchannel_over_the_assistant_is_ignored():
-    session, clock, mic = listening(speech=True)
+    session, clock, mic = listening(speech=True, vad=HEARD_AT_ONCE)
     turn_id = speaking_turn(session, clock)
     events = mic.say([0.9] * 12 + [0.0] * 16)
     assert events == [
@@ -684,7 +687,7 @@ def test_a_backchannel_over_the_assistant_is_ignored():
 
 
 def test_a_short_command_over_the_assistant_interrupts_and_is_not_a_turn():
-    session, clock, mic = listening(speech=True)
+    session, clock, mic = listening(speech=True, vad=HEARD_AT_ONCE)
     turn_id = speaking_turn(session, clock, at=5000.0)
     clock.now = 5400.0  # 400 ms of the answer played: "Hello" heard, "there" not
     [started, check] = mic.say([0.9] * 12 + [0.0] * 3)  # "stop" (384 ms), 96 ms of silence
@@ -701,7 +704,7 @@ def test_a_short_command_over_the_assistant_interrupts_and_is_not_a_turn():
 
 
 def test_not_a_command_or_a_verdict_for_a_closed_loop_changes_nothing():
-    session, clock, mic = listening(speech=True)
+    session, clock, mic = listening(speech=True, vad=HEARD_AT_ONCE)
     turn_id = speaking_turn(session, clock)
     [_, check] = mic.say([0.9] * 12 + [0.0] * 3)
     assert session.command_verdict("mic", check.check_id, False) == []
@@ -730,12 +733,29 @@ def test_speech_before_a_word_of_the_answer_is_heard_stops_it_and_is_the_next_tu
     assert session.relay(audio(turn_id, 0, FIRST, 0, 1000)) == []
 
 
-def test_speech_once_the_answer_is_heard_keeps_the_backchannel_rule():
+def test_speech_in_the_first_second_of_the_answer_stops_it_keeping_what_was_heard():
+    """The user goes on as the answer begins (its first 400 ms played): the answer stops when
+    the speech counts, not after 600 ms of it, and the history keeps the heard "Hello"."""
     session, clock, mic = listening(speech=True, vad=NO_GUESS)
-    turn_id = speaking_turn(session, clock, at=5000.0)  # its first audio went out
-    clock.now = 5100.0
+    turn_id = speaking_turn(session, clock, at=5000.0)
+    clock.now = 5400.0
+    [started, *stopped] = mic.say([0.9] * 8)
+    assert started == Send(InputSpeechStarted("mic", 0.0))
+    assert stopped == truncated(
+        turn_id, "Hello", 400.0, reason="barge_in", at=5400.0, first_audio=5000.0, sent_ms=1000.0
+    )
+    [_, submit] = mic.say([0.9] * 4 + [0.0] * 16)
+    assert submit.turn.truncates == [Truncation(turn_id, "Hello", 400.0)]
+
+
+def test_speech_once_the_answer_was_heard_for_the_grace_keeps_the_backchannel_rule():
+    session, clock, mic = listening(speech=True, vad=NO_GUESS)
+    turn_id = speaking_turn(session, clock, at=5000.0)
+    clock.now = 6100.0  # heard for 1.1 s: past the 1 s grace
     assert mic.say([0.9] * 8) == [Send(InputSpeechStarted("mic", 0.0))]  # not stopped
     assert session.open_turns == [turn_id]
+    ignored = mic.say([0.9] * 4 + [0.0] * 16)
+    assert ignored[-1] == Send(InputSpeechStopped("mic", 12 * 32.0, ignored="backchannel"))
 
 
 def test_speech_while_the_assistant_is_silent_never_barges_in():
@@ -968,7 +988,7 @@ def test_a_withdrawn_spoken_turns_audio_goes_nowhere():
 
 
 def test_after_a_barge_in_a_pause_submits_a_speculative_turn():
-    session, clock, mic = listening(speech=True)
+    session, clock, mic = listening(speech=True, vad=HEARD_AT_ONCE)
     answer = speaking_turn(session, clock, at=5000.0)
     clock.now = 5400.0
     assert mic.say([0.9] * 18) == [Send(InputSpeechStarted("mic", 0.0))]
@@ -989,7 +1009,7 @@ def test_after_a_barge_in_a_pause_submits_a_speculative_turn():
 
 
 def test_a_backchannel_over_the_assistant_is_never_guessed_to_be_a_turn():
-    session, clock, mic = listening(speech=True)
+    session, clock, mic = listening(speech=True, vad=HEARD_AT_ONCE)
     turn_id = speaking_turn(session, clock)
     # 384 ms over the answer, then 224 ms of silence: still no turn
     assert mic.say([0.9] * 12 + [0.0] * 7) == [
@@ -1004,7 +1024,7 @@ def test_a_backchannel_over_the_assistant_is_never_guessed_to_be_a_turn():
 def test_a_withdrawn_guess_gives_back_the_barge_in_truncation_it_carried():
     # regression: a guess took the conversation's pending truncations into its `truncates`;
     # withdrawn, it dropped them, so the history kept the whole interrupted answer
-    session, clock, mic = listening(speech=True)
+    session, clock, mic = listening(speech=True, vad=HEARD_AT_ONCE)
     answer = speaking_turn(session, clock, at=5000.0)
     clock.now = 5400.0
     mic.say([0.9] * 18)

@@ -155,7 +155,7 @@ def test_barge_in_over_the_assistant_after_barge_in_ms():
     mic = Mic(NO_GUESS)
     assert mic.feed([SILENCE] * 6, speaking=True) == []
     events = mic.feed([SPEECH] * 18, speaking=True)  # 18 x 32 = 576 ms < 600 ms
-    assert events == [SpeechStarted(at_ms=192.0)]
+    assert events == [SpeechStarted(at_ms=192.0, over_assistant=True)]
     assert not mic.loop.barged_in
     events = mic.feed([SPEECH], speaking=True)  # 19 x 32 = 608 ms
     assert events == [BargeIn(at_ms=24 * 32.0)]
@@ -174,7 +174,7 @@ def test_short_speech_over_the_assistant_is_a_backchannel():
     mic = Mic()
     events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 16, speaking=True)
     assert events == [
-        SpeechStarted(at_ms=192.0),
+        SpeechStarted(at_ms=192.0, over_assistant=True),
         CommandCheck(check_id=1, end_ms=18 * 32.0, pcm=frames(0, 6 + 12 + 3)),  # unanswered
         SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 6 + 12 + 16), backchannel=True),
     ]
@@ -270,7 +270,10 @@ def test_a_backchannel_candidate_is_never_guessed_to_be_an_utterance():
     mic = Mic()
     # 12 x 32 = 384 ms over the assistant (< barge_in_ms), then 224 ms of silence: no guess
     events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 7, speaking=True)
-    assert events == [SpeechStarted(at_ms=192.0), CommandCheck(1, 18 * 32.0, frames(0, 21))]
+    assert events == [
+        SpeechStarted(at_ms=192.0, over_assistant=True),
+        CommandCheck(1, 18 * 32.0, frames(0, 21)),
+    ]
     assert mic.feed([SILENCE] * 9, speaking=True) == [
         SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 6 + 12 + 16), backchannel=True)
     ]
@@ -279,7 +282,7 @@ def test_a_backchannel_candidate_is_never_guessed_to_be_an_utterance():
 def test_after_a_barge_in_a_pause_is_guessed_to_end_the_utterance():
     mic = Mic()
     events = mic.feed([SPEECH] * 19, speaking=True)  # 19 x 32 = 608 ms >= 600 ms
-    assert events == [SpeechStarted(at_ms=0.0), BargeIn(at_ms=18 * 32.0)]
+    assert events == [SpeechStarted(at_ms=0.0, over_assistant=True), BargeIn(at_ms=18 * 32.0)]
     assert mic.feed([SILENCE] * 6, speaking=True) == []
     assert mic.feed([SILENCE], speaking=True) == [
         SpeechPaused(start_ms=0.0, end_ms=19 * 32.0, pcm=frames(0, 26), pause_id=1)
@@ -375,7 +378,7 @@ def test_semantic_a_backchannel_candidate_keeps_the_silence_rule_and_asks_nothin
     mic = semantic_mic()
     events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 16, speaking=True)
     assert events == [
-        SpeechStarted(at_ms=192.0),
+        SpeechStarted(at_ms=192.0, over_assistant=True),
         CommandCheck(1, 18 * 32.0, frames(0, 21)),  # the spotter is asked, not the turn model
         SpeechEnded(start_ms=192.0, end_ms=18 * 32.0, pcm=frames(0, 34), backchannel=True),
     ]
@@ -406,7 +409,7 @@ def short_speech_then_check(mic: Mic) -> list:
 def test_short_speech_over_the_voice_is_spotted_after_command_check_ms_of_silence():
     mic = Mic()
     events = mic.feed([SILENCE] * 6 + [SPEECH] * 12 + [SILENCE] * 2, speaking=True)
-    assert events == [SpeechStarted(at_ms=192.0)]  # 64 ms of silence: not yet
+    assert events == [SpeechStarted(at_ms=192.0, over_assistant=True)]  # 64 ms of silence: not yet
     assert mic.feed([SILENCE], speaking=True) == [
         CommandCheck(check_id=1, end_ms=18 * 32.0, pcm=frames(0, 21))
     ]
