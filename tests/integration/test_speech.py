@@ -72,6 +72,20 @@ def transcribe(pcm: bytes, sample_rate: int) -> str:
     return whisper.transcribe(clip, [SpeechSegment(0.0, len(clip) / SAMPLE_RATE)]).text
 
 
+async def in_real_time(client: EdgeClient, pcm: bytes) -> None:
+    """Stream `pcm` to the voice loop as a microphone does: 32 ms every 32 ms."""
+    for offset in range(0, len(pcm), 1024):
+        await client.append_audio("mic", pcm[offset : offset + 1024])
+        await asyncio.sleep(0.032)
+
+
+async def say_with_a_pause(client: EdgeClient, first: str, pause_s: float, rest: str) -> None:
+    """Half a second of room, then `first`, a pause, `rest` and 1.5 s of room, in real time."""
+    await client.append_audio("mic", pcm16(quiet_room(0.5)))
+    speech = [spoken(first, trim=True), quiet_room(pause_s), spoken(rest, trim=True)]
+    await in_real_time(client, pcm16(np.concatenate([*speech, quiet_room(1.5)])))
+
+
 async def collect(client: EdgeClient, turn_id: str) -> list:
     return [e async for e in client.events(turn_id, speech=True)]
 
@@ -302,19 +316,7 @@ async def test_semantic_vad_with_the_text_model_keeps_listening_where_no_word_li
                 conversation_id=conv(), stream_id="mic", type="semantic_vad", eagerness="high"
             ),
         )
-        await client.append_audio("mic", pcm16(quiet_room(0.5)))
-        rest = np.concatenate(
-            [
-                spoken("Could you explain why the sky is", trim=True),
-                quiet_room(0.8),
-                spoken("blue.", trim=True),
-                quiet_room(1.5),
-            ]
-        )
-        audio = pcm16(rest)
-        for offset in range(0, len(audio), 1024):  # as a microphone: 32 ms every 32 ms
-            await client.append_audio("mic", audio[offset : offset + 1024])
-            await asyncio.sleep(0.032)
+        await say_with_a_pause(client, "Could you explain why the sky is", 0.8, "blue.")
         assert isinstance(await client.next_event(), InputSpeechStarted)
         accepted = await client.next_event()
         assert isinstance(accepted, TurnAccepted)
@@ -334,19 +336,7 @@ async def test_the_rest_of_a_sentence_after_an_early_end_of_turn_stops_the_answe
             speech=SpeechOptions("espeak"),
             turn_detection=TurnDetection(conversation_id=conversation, stream_id="mic"),
         )
-        await client.append_audio("mic", pcm16(quiet_room(0.5)))
-        rest = np.concatenate(
-            [
-                spoken("Could you explain why the sky is", trim=True),
-                quiet_room(0.9),
-                spoken("blue?", trim=True),
-                quiet_room(1.5),
-            ]
-        )
-        audio = pcm16(rest)
-        for offset in range(0, len(audio), 1024):  # as a microphone: 32 ms every 32 ms
-            await client.append_audio("mic", audio[offset : offset + 1024])
-            await asyncio.sleep(0.032)
+        await say_with_a_pause(client, "Could you explain why the sky is", 0.9, "blue?")
         assert isinstance(await client.next_event(), InputSpeechStarted)
         first = await client.next_event()
         assert isinstance(first, TurnAccepted)
@@ -388,10 +378,7 @@ async def test_semantic_vad_ends_a_finished_question_on_the_turn_models_verdict(
         )
         speech = np.concatenate([quiet_room(0.5), spoken("What is the capital of France?")])
         await client.append_audio("mic", pcm16(speech))
-        silence = pcm16(quiet_room(0.8))
-        for offset in range(0, len(silence), 1024):  # as a microphone: 32 ms every 32 ms
-            await client.append_audio("mic", silence[offset : offset + 1024])
-            await asyncio.sleep(0.032)
+        await in_real_time(client, pcm16(quiet_room(0.8)))
         assert isinstance(await client.next_event(), InputSpeechStarted)
         accepted = await client.next_event()
         assert isinstance(accepted, TurnAccepted)

@@ -1237,6 +1237,18 @@ def semantic(eagerness: str = "auto", **limits):
     return session, clock, Mic(session)
 
 
+def a_guess_that_sounds_finished() -> tuple[Session, Mic, str]:
+    """A semantic_vad utterance paused 224 ms: its guess submitted and accepted, the turn
+    model's verdict "complete" (0.97) in; the words decide what happens next."""
+    session, _, mic = semantic()
+    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
+    [submit, check] = mic.say([0.0])
+    turn_id = submit.turn.turn_id
+    session.submit_succeeded(turn_id)
+    assert session.turn_verdict("mic", check.pause_id, 0.97) == []
+    return session, mic, turn_id
+
+
 def test_semantic_vad_guesses_and_asks_the_model_at_a_pause_then_answers_on_its_verdict():
     session, _, mic = semantic()
     assert mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6) == [Send(InputSpeechStarted("mic", 192.0))]
@@ -1275,12 +1287,7 @@ def test_semantic_vad_keeps_listening_when_the_guess_stops_mid_sentence():
 
 
 def test_semantic_vad_words_wait_for_the_text_models_verdict_that_follows_them():
-    session, _, mic = semantic()
-    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
-    [submit, check] = mic.say([0.0])
-    turn_id = submit.turn.turn_id
-    session.submit_succeeded(turn_id)
-    assert session.turn_verdict("mic", check.pause_id, 0.97) == []
+    session, mic, turn_id = a_guess_that_sounds_finished()
     words = "Tell me why the sky is"  # no word list catches it: the text model does
     heard = InputTranscribed(turn_id=turn_id, text=words, segments=[], audio_s=0.3, judging=True)
     assert session.relay(heard) == []  # the verdict is on its way: not judged on the lists
@@ -1292,12 +1299,7 @@ def test_semantic_vad_words_wait_for_the_text_models_verdict_that_follows_them()
 
 
 def test_semantic_vad_a_verdict_that_the_message_ends_confirms_the_guess_at_once():
-    session, _, mic = semantic()
-    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
-    [submit, check] = mic.say([0.0])
-    turn_id = submit.turn.turn_id
-    session.submit_succeeded(turn_id)
-    assert session.turn_verdict("mic", check.pause_id, 0.97) == []
+    session, _, turn_id = a_guess_that_sounds_finished()
     heard = InputTranscribed(
         turn_id=turn_id, text="What time is it", segments=[], audio_s=0.3, judging=True
     )
@@ -1317,12 +1319,7 @@ def test_semantic_vad_a_verdict_that_the_message_ends_confirms_the_guess_at_once
 
 
 def test_semantic_vad_a_guess_that_fails_without_words_ends_a_complete_turn():
-    session, _, mic = semantic()
-    mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
-    [submit, check] = mic.say([0.0])
-    turn_id = submit.turn.turn_id
-    session.submit_succeeded(turn_id)
-    assert session.turn_verdict("mic", check.pause_id, 0.97) == []
+    session, _, turn_id = a_guess_that_sounds_finished()
     failed = completed(
         turn_id,
         conversation_id="c1",
