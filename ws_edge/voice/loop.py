@@ -159,6 +159,9 @@ class VoiceLoop:
         self._checks = 0  # CommandCheck events so far (their ids)
         self._command_asked = False  # a CommandCheck is out for the current silence
         self._command = False  # the utterance so far is a command that interrupted the voice
+        # it stopped an answer as it began (`answer_cut`): while short, it may be a command,
+        # so it is spotted before it may be guessed to be a turn
+        self._cut_check = False
         self._received_ms = 0.0  # audio appended since the stream began, in stream time
         self._received_at_ms = 0.0  # wall clock of the last append that said when (0: never)
 
@@ -213,6 +216,8 @@ class VoiceLoop:
             if not self._confirmed and spoken_ms >= rules.min_speech_ms:
                 self._confirmed = True
                 events.append(SpeechStarted(self._speech_start * FRAME_MS, self._over_assistant))
+            if self._cut_check and spoken_ms >= rules.barge_in_ms:
+                self._cut_check = False  # too long for a command: a real utterance
             over = self._confirmed and self._over_assistant and not self._barged
             if over and spoken_ms >= rules.barge_in_ms:
                 self._barged = True
@@ -221,7 +226,7 @@ class VoiceLoop:
             too_long = (n - self._speech_start + 1) * FRAME_MS >= rules.max_utterance_ms
             if silent_ms >= self._silence_limit_ms() or too_long:
                 events.extend(self._end())
-            elif self._may_check_command(over, silent_ms):
+            elif self._may_check_command(over or self._cut_check, silent_ms):
                 self._command_asked = True
                 self._checks += 1
                 end_ms = (self._last_speech + 1) * FRAME_MS
@@ -292,12 +297,22 @@ class VoiceLoop:
         """The keyword spotter's answer to `CommandCheck(check_id)`: a command interrupts the
         voice now (`BargeIn`); not one, or no answer (None), leaves the duration rule. A
         verdict on speech that has since gone on, or ended, is void."""
-        if not command or check_id != self._checks or not self._command_asked:
+        if check_id != self._checks or not self._command_asked:
+            return []
+        if not command:
+            self._cut_check = False  # an utterance that cut an answer is a real one now
             return []
         if self._speech_start is None or self._barged:
             return []
         self._barged = self._command = True
         return [BargeIn((self._frames - 1) * FRAME_MS)]
+
+    def answer_cut(self) -> None:
+        """The current utterance stopped an answer the user had barely heard (the session's
+        grace): it is the user going on, a turn, unless it is a short command ("stop" is
+        not a question to answer), which the spotter is asked first, as over the voice."""
+        if self._speech_start is not None and not self._barged and self.rules.command_check_ms:
+            self._cut_check = True
 
     def _may_check_command(self, over: bool, silent_ms: float) -> bool:
         """Short speech over the voice (announced, not barged in), `command_check_ms` of
@@ -315,7 +330,8 @@ class VoiceLoop:
     def _real_utterance(self) -> bool:
         """Not a backchannel candidate (not over the assistant's voice, or barged in), nor a
         bare command (no guess, no turn model: it ends on the silence rule)."""
-        return not (self._over_assistant and not self._barged) and not self._command
+        over = self._over_assistant and not self._barged
+        return not over and not self._command and not self._cut_check
 
     def _silence_limit_ms(self) -> float:
         if self._silence_limit is not None:
@@ -361,7 +377,7 @@ class VoiceLoop:
         self._audio.clear()
         self._speech_start = None
         self._paused, self._silence_limit = False, None
-        self._command_asked = self._command = False
+        self._command_asked = self._command = self._cut_check = False
         self._forget_words()
         confirmed, self._confirmed, self._barged = self._confirmed, False, False
         if not confirmed:

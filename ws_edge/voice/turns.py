@@ -246,9 +246,11 @@ class VoiceTurns:
                 # what they had not finished, so it stops now, keeping what was heard; what
                 # they say is the next turn, never a backchannel
                 actions = [Send(InputSpeechStarted(stream_id, at_ms))]
-                if not over_assistant:
-                    for turn_id, route in self._speaking():
-                        actions += self._interrupt(turn_id, route, None, "barge_in")
+                cut = [] if over_assistant else self._speaking()
+                for turn_id, route in cut:
+                    actions += self._interrupt(turn_id, route, None, "barge_in")
+                if cut and self._voice_loop is not None:
+                    self._voice_loop.answer_cut()  # unless it is a "stop": a turn
                 return actions
             case BargeIn():
                 actions: list[Action] = []

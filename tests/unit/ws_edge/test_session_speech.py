@@ -725,8 +725,12 @@ def test_speech_before_a_word_of_the_answer_is_heard_stops_it_and_is_the_next_tu
     [started, *stopped] = mic.say([0.9] * 8)  # 256 ms: speech
     assert started == Send(InputSpeechStarted("mic", 0.0))
     assert stopped == truncated(turn_id, "", 0.0, reason="barge_in", at=5000.0)
-    [ended, submit] = mic.say([0.9] * 4 + [0.0] * 16)  # "blue?" (384 ms) and silence
-    assert isinstance(submit, SubmitTurn)  # not ignored as a backchannel
+    # "blue?" (384 ms): short enough to be a "stop", so the spotter is asked first
+    [check] = mic.say([0.9] * 4 + [0.0] * 3)
+    assert check == CheckCommand("mic", 1, numbered(0, 15), "")
+    assert session.command_verdict("mic", check.check_id, False) == []  # not a command
+    [ended, submit] = mic.say([0.0] * 13)
+    assert isinstance(submit, SubmitTurn)  # a turn, not a backchannel dropped over the voice
     assert ended == Send(InputSpeechStopped("mic", 12 * 32.0, turn_id=submit.turn.turn_id))
     assert submit.turn.truncates == [Truncation(turn_id, "", 0.0)]
     # its frames still on their way go nowhere
@@ -744,8 +748,23 @@ def test_speech_in_the_first_second_of_the_answer_stops_it_keeping_what_was_hear
     assert stopped == truncated(
         turn_id, "Hello", 400.0, reason="barge_in", at=5400.0, first_audio=5000.0, sent_ms=1000.0
     )
-    [_, submit] = mic.say([0.9] * 4 + [0.0] * 16)
+    [check] = mic.say([0.9] * 4 + [0.0] * 3)
+    assert session.command_verdict("mic", check.check_id, None) == []  # no verdict: a turn
+    [_, submit] = mic.say([0.0] * 13)
     assert submit.turn.truncates == [Truncation(turn_id, "Hello", 400.0)]
+
+
+def test_a_stop_as_the_answer_begins_stops_it_and_is_not_a_turn():
+    session, clock, mic = listening(speech=True)
+    turn_id = speaking_turn(session, clock, at=5000.0)
+    clock.now = 5400.0
+    [_, *stopped] = mic.say([0.9] * 8)  # the answer stops as the speech counts
+    assert Send(ResponseTruncated(turn_id, 400.0, "Hello")) in stopped
+    [check] = mic.say([0.9] * 4 + [0.0] * 3)  # "stop" (384 ms), 96 ms of silence
+    assert session.command_verdict("mic", check.check_id, True) == []  # stopped already
+    # no guess was started on it, and it ends as a command: no answer to "stop"
+    assert mic.say([0.0] * 13) == [Send(InputSpeechStopped("mic", 12 * 32.0, ignored="command"))]
+    assert next_turn(session).turn.truncates == [Truncation(turn_id, "Hello", 400.0)]
 
 
 def test_speech_once_the_answer_was_heard_for_the_grace_keeps_the_backchannel_rule():

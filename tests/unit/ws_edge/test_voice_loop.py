@@ -292,6 +292,29 @@ def test_after_a_barge_in_a_pause_is_guessed_to_end_the_utterance():
     ]
 
 
+def test_speech_that_cut_an_answer_is_spotted_while_short_then_guessed_once_not_a_command():
+    mic = Mic()
+    assert mic.feed([SPEECH] * 8) == [SpeechStarted(at_ms=0.0)]  # not over the voice
+    mic.loop.answer_cut()  # the session stopped an answer barely heard
+    assert mic.feed([SPEECH] * 4 + [SILENCE] * 3) == [CommandCheck(1, 12 * 32.0, frames(0, 15))]
+    assert mic.feed([SILENCE] * 3) == []  # no guess while it may be a "stop"
+    assert mic.loop.command_verdict(1, False) == []  # "blue?": a real utterance now
+    [guess] = mic.feed([SILENCE])
+    assert isinstance(guess, SpeechPaused) and guess.guess
+    [ended] = mic.feed([SILENCE] * 9)
+    assert isinstance(ended, SpeechEnded) and not ended.backchannel and not ended.command
+
+
+def test_speech_that_cut_an_answer_and_goes_on_past_barge_in_ms_is_not_spotted():
+    mic = Mic()
+    mic.feed([SPEECH] * 8)
+    mic.loop.answer_cut()
+    assert mic.feed([SPEECH] * 11) == []  # 608 ms: too long for a command
+    assert mic.feed([SILENCE] * 6) == []
+    [guess] = mic.feed([SILENCE])  # guessed at once: no spotter asked
+    assert isinstance(guess, SpeechPaused)
+
+
 def test_early_silence_ms_of_zero_or_at_least_silence_ms_never_guesses():
     for rules in (
         VadRules(early_silence_ms=0),
