@@ -295,8 +295,9 @@ class VoiceLoop:
 
     def command_verdict(self, check_id: int, command: bool | None) -> list[VoiceEvent]:
         """The keyword spotter's answer to `CommandCheck(check_id)`: a command interrupts the
-        voice now (`BargeIn`); not one, or no answer (None), leaves the duration rule. A
-        verdict on speech that has since gone on, or ended, is void."""
+        voice now (`BargeIn`); not one, or no answer (None), leaves the duration rule (an
+        utterance that cut an answer is then a real one). A verdict on speech that has since
+        gone on, or ended, is void."""
         if check_id != self._checks or not self._command_asked:
             return []
         if not command:
