@@ -45,5 +45,21 @@ async def cancel_and_wait(
             task.exception()  # retrieved: no "exception was never retrieved" at exit
 
 
+async def stop_despite_cancels(task: asyncio.Future) -> None:
+    """`cancel_and_wait([task])` from a `finally` that may itself be cancelled again: it
+    waits until `task` has ended anyway and then raises the cancel that came meanwhile. Cut
+    short, a task that swallowed its cancel (gh-86296) would run for ever (`ConsumerLoop.run`
+    stops its committer this way while `run_service` re-cancels `run` after 0.5 s)."""
+    stopping = asyncio.ensure_future(cancel_and_wait([task]))
+    cancelled = False
+    while not stopping.done():
+        try:
+            await asyncio.shield(stopping)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 def _name(task: asyncio.Future) -> str:
     return task.get_name() if isinstance(task, asyncio.Task) else repr(task)

@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from redis.exceptions import RedisError
 
-from runtime.cancelling import cancel_and_wait
+from runtime.cancelling import stop_despite_cancels
 from runtime.lag import aiokafka_lag
 from runtime.tracing.propagation import incoming_context
 from runtime.tracing.spans import consuming
@@ -56,23 +56,6 @@ class _Rebalance(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
-
-
-async def _stop_despite_cancels(task: asyncio.Task[None]) -> None:
-    """Cancel `task` and wait until it has ended, even if the caller is cancelled again
-    meanwhile: `run_service` stops `run` with `cancel_and_wait`, which cancels it again after
-    0.5 s, while `run` may still be stopping its committer. Cut short there, a committer that
-    swallowed its cancel (CPython gh-86296) would commit for ever. A cancel that came meanwhile
-    is raised once `task` has ended."""
-    stopping = asyncio.ensure_future(cancel_and_wait([task]))
-    cancelled = False
-    while not stopping.done():
-        try:
-            await asyncio.shield(stopping)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 class ConsumerLoop:
@@ -118,7 +101,7 @@ class ConsumerLoop:
                 self._tasks[task] = tp
                 task.add_done_callback(self._forget_task)
         finally:
-            await _stop_despite_cancels(committer)
+            await stop_despite_cancels(committer)
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
