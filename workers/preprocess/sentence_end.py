@@ -31,6 +31,12 @@ LANGUAGES = frozenset({"en", ""})  # "": tiny.en's transcripts (English only) ca
 _TRAILING = re.compile(r"[\s.?!…,;:]+$")
 
 
+def _words(text: str, language: str) -> str:
+    """What the model reads of a transcript: its words without trailing punctuation, or ""
+    (no words, or a language it does not judge)."""
+    return _TRAILING.sub("", text.strip()) if language in LANGUAGES else ""
+
+
 class SentenceEnd:
     """Blocking (call it in a thread); the model loads on first use, or with `load()`.
 
@@ -69,7 +75,7 @@ class SentenceEnd:
     def judges(self, text: str, language: str = "") -> bool:
         """Whether the model reads this transcript now: its language, some words, and the
         model loaded (the first ask starts loading it in the background)."""
-        if language not in LANGUAGES or not _TRAILING.sub("", text.strip()) or self.failed:
+        if not _words(text, language) or self.failed:
             return False
         if self._model is None:
             self._load_in_background()
@@ -95,8 +101,8 @@ class SentenceEnd:
     def probability(self, text: str, language: str = "") -> float:
         """P(the message ends after `text`), or `NOT_JUDGED` for another language or no text
         (loads the model first if it has not)."""
-        words = _TRAILING.sub("", text.strip())
-        if language not in LANGUAGES or not words:
+        words = _words(text, language)
+        if not words:
             return NOT_JUDGED
         import torch
 

@@ -179,6 +179,13 @@ class VoiceTurns:
             if r.first_audio_ms is not None and self._played_ms(r) >= grace
         ]
 
+    def _barge_in(self) -> list[Action]:
+        """Stop every answer the user may be hearing, keeping what they heard of it."""
+        actions: list[Action] = []
+        for turn_id, route in self._speaking():
+            actions += self._interrupt(turn_id, route, None, "barge_in")
+        return actions
+
     def _forget_played(self) -> None:
         """Drop the answers that (by the real-time estimate) finished playing: nothing is
         left of them to cut."""
@@ -245,18 +252,12 @@ class VoiceTurns:
                 # on (an end of turn that came too soon, or more to say): that answer answers
                 # what they had not finished, so it stops now, keeping what was heard; what
                 # they say is the next turn, never a backchannel
-                actions = [Send(InputSpeechStarted(stream_id, at_ms))]
-                cut = [] if over_assistant else self._speaking()
-                for turn_id, route in cut:
-                    actions += self._interrupt(turn_id, route, None, "barge_in")
+                cut = [] if over_assistant else self._barge_in()
                 if cut and self._voice_loop is not None:
                     self._voice_loop.answer_cut()  # unless it is a "stop": a turn
-                return actions
+                return [Send(InputSpeechStarted(stream_id, at_ms)), *cut]
             case BargeIn():
-                actions: list[Action] = []
-                for turn_id, route in self._speaking():
-                    actions += self._interrupt(turn_id, route, None, "barge_in")
-                return actions
+                return self._barge_in()
             case SpeechPaused():
                 check = [CheckTurn(stream_id, event.pause_id, event.pcm)] if event.check else []
                 if not event.guess:
