@@ -22,7 +22,9 @@ multilingual base for the other languages, each with its short window), and its 
 `PIPELINE_MS` after that transcription's CPU time (the Kafka and relay hops, from
 `bench.voice`); words that stop mid-sentence (`ws_edge.voice.unfinished`) keep the turn
 open. "+ LM" adds the preprocessing worker's text model (`sentence_end`, English; its CPU
-time delays the words too), as `TURNSTREAM_SENTENCE_END_MODEL=true` does.
+time delays the words too), as `TURNSTREAM_SENTENCE_END_MODEL=true` does. Words the ASR
+was unsure of (`ws_edge.voice.unfinished.unreadable`) keep the turn open as the edge does;
+"unsure words trusted" is the rule before that.
 
 Two sets: `utterances.jsonl` (dev: the set the audio model was first measured on) and
 `utterances_heldout.jsonl` (other sentences, written before the word lists), reported apart.
@@ -63,7 +65,7 @@ from ws_edge.voice.loop import (
 )
 from ws_edge.voice.speech_detector import SpeechDetector
 from ws_edge.voice.turn_model import TurnModel
-from ws_edge.voice.unfinished import guess_unfinished
+from ws_edge.voice.unfinished import guess_unfinished, unreadable
 
 SETS = {
     "dev": Path(__file__).parent / "turn_sets" / "utterances.jsonl",
@@ -81,6 +83,8 @@ RULES: dict[str, TurnRules | None] = {
     "semantic high + words": EAGERNESS["high"],
     "semantic medium + words": EAGERNESS["medium"],
     "semantic medium + words + LM": EAGERNESS["medium"],
+    # as before 2026-12-07: words the ASR was unsure of count as any others
+    "semantic medium + words + LM, unsure words trusted": EAGERNESS["medium"],
     # the same, the client naming its user's language (`turn_detection.language`): Whisper
     # base transcribes in it instead of detecting it (English: tiny.en either way)
     "semantic medium + words + LM, language given": EAGERNESS["medium"],
@@ -177,13 +181,14 @@ class Ears:
             base_path(Settings().state_path / "models"), cpu_threads=1, language=None
         )
         self.sentence_end = SentenceEnd(default_model_dir(Settings()))
-        self._heard: dict[tuple[int, str], tuple[str, float, float, float]] = {}
+        self._heard: dict[tuple[int, str, bool], tuple[str, float, float, float, bool]] = {}
 
     def hear(
         self, pcm: bytes, lang: str, *, given: bool = False
-    ) -> tuple[str, float, float, float]:
+    ) -> tuple[str, float, float, float, bool]:
         """The words, the CPU ms they took, the text model's P(the message ends here) (-1:
-        not judged) and the CPU ms it took. `given`: the language is the client's hint."""
+        not judged), the CPU ms it took and whether the ASR was sure enough to read them.
+        `given`: the language is the client's hint."""
         key = (hash(pcm), lang, given)
         if key not in self._heard:
             from workers.preprocess.vad import SpeechSegment
@@ -198,7 +203,8 @@ class Ears:
             started = time.process_time()
             ends = self.sentence_end.probability(heard.text, heard.language)
             lm_ms = 1000 * (time.process_time() - started)
-            self._heard[key] = (heard.text, asr_ms, ends, lm_ms)
+            readable = not unreadable(heard.logprob, heard.language_probability)
+            self._heard[key] = (heard.text, asr_ms, ends, lm_ms, readable)
         return self._heard[key]
 
 
@@ -211,6 +217,7 @@ def run_clip(
     *,
     text_model: bool = False,
     language_given: bool = False,
+    trust_unsure: bool = False,
 ) -> Outcome:
     """The clip through the end-pointer; the model's verdicts land after their compute time,
     and with `ears` (a guess at each pause) its words after their transcription's."""
@@ -241,12 +248,16 @@ def run_clip(
                 due, pause_id = k + 1 + math.ceil(took / FRAME_MS), event.pause_id
                 late.append((due, now_ms + took, partial(loop.turn_verdict, pause_id, p)))
             if isinstance(event, SpeechPaused) and event.guess and ears is not None:
-                text, asr_ms, ends, lm_ms = ears.hear(event.pcm, clip.lang, given=language_given)
+                text, asr_ms, ends, lm_ms, readable = ears.hear(
+                    event.pcm, clip.lang, given=language_given
+                )
                 if not text_model:  # TURNSTREAM_SENTENCE_END_MODEL=false: the lists alone
                     ends, lm_ms = -1.0, 0.0
                 took = asr_ms + lm_ms + PIPELINE_MS
                 due = k + 1 + math.ceil(took / FRAME_MS)
-                unfinished = guess_unfinished(text, clip.lang, ends)
+                unfinished = guess_unfinished(
+                    text, clip.lang, ends, readable=readable or trust_unsure
+                )
                 answer = partial(loop.words_verdict, event.pause_id, unfinished)
                 late.append((due, now_ms + took, answer))
     return Outcome(None, None, first, calls, spent)
@@ -378,6 +389,7 @@ def main() -> None:
             words = "+ words" in rule
             lm = "+ LM" in rule
             given = "language given" in rule
+            trusted = "unsure words trusted" in rule
             out = run_clip(
                 clip,
                 turn,
@@ -386,6 +398,7 @@ def main() -> None:
                 ears if words else None,
                 text_model=lm,
                 language_given=given,
+                trust_unsure=trusted,
             )
             cut_off = (
                 clip.kind == "paused"

@@ -39,19 +39,23 @@ def spoken(text: str, *, trim: bool = False) -> np.ndarray:
     """espeak-ng saying `text`, as float32 mono 16 kHz; `trim` cuts the silence espeak puts
     around the words (to control the pauses between clips exactly)."""
     x = audio_decode.decode_audio(espeak_wav(text), max_seconds=30, max_bytes=10_000_000)
-    if trim:
-        loud = np.flatnonzero(np.abs(x) > 0.01)
-        x = x[loud[0] : loud[-1] + 1]
-    return x
+    return _without_silence(x) if trim else x
 
 
-def voiced(voice: Voice, text: str) -> np.ndarray:
+def voiced(voice: Voice, text: str, *, trim: bool = False) -> np.ndarray:
     """A TTS voice (piper's joe, espeak-ng in any language) saying `text`, as float32 mono
-    16 kHz: speech in the languages and voices `spoken` (English espeak-ng) does not cover."""
+    16 kHz: speech in the languages and voices `spoken` (English espeak-ng) does not cover.
+    `trim` as for `spoken`."""
     audio = voice.synthesize(text)
-    return audio_decode.decode_pcm16(
+    x = audio_decode.decode_pcm16(
         audio.pcm, audio.sample_rate, max_seconds=60, max_bytes=100_000_000
     )
+    return _without_silence(x) if trim else x
+
+
+def _without_silence(x: np.ndarray) -> np.ndarray:
+    loud = np.flatnonzero(np.abs(x) > 0.01)
+    return x[loud[0] : loud[-1] + 1] if len(loud) else x
 
 
 def quiet_room(seconds: float, seed: int = 7) -> np.ndarray:

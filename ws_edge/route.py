@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from schemas.events import (
     AnyEvent,
+    InputTranscribed,
     Truncation,
 )
 from schemas.turn_log import LogPosition
@@ -36,8 +37,8 @@ class Route:
     # reaches the client until the guess is confirmed; `withdrawn` when it proved wrong
     speculative: bool = False
     pause_id: int = 0  # a guess: the voice loop's pause it was started at (its words answer it)
-    # a guess's transcript (text, language) while the text model's verdict on it is awaited
-    judging: tuple[str, str] | None = None
+    # a guess's transcript while the text model's verdict on it is awaited
+    judging: InputTranscribed | None = None
     withdrawn: bool = False
     # a guess whose answer may call the deployment's side-effecting tools: they wait for
     # its confirmation (marked in Redis), so the confirmation is told

@@ -10,13 +10,14 @@ import asyncio
 import base64
 import contextlib
 import uuid
+from functools import partial
 
 import numpy as np
 import pytest
 
 from harness.factories import new_conversation_id as conv
 from harness.kafka import assembled_prompt, find_record, turn_event
-from harness.media import espeak_wav, pcm16, quiet_room, spoken, words
+from harness.media import espeak_wav, pcm16, quiet_room, spoken, voiced, words
 from harness.stack import pipeline
 from runtime.settings import Settings
 from schemas.codec import decode
@@ -26,6 +27,7 @@ from workers.inference.engines.fake_engine import FakeEngine
 from workers.preprocess.asr import WhisperTranscriber
 from workers.preprocess.audio_decode import decode_pcm16
 from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment
+from workers.tts.voices import EspeakSpeaker, Voice
 from ws_edge.client import EdgeClient, audio_part
 from ws_edge.messages import (
     InputSpeechStarted,
@@ -79,10 +81,14 @@ async def in_real_time(client: EdgeClient, pcm: bytes) -> None:
         await asyncio.sleep(0.032)
 
 
-async def say_with_a_pause(client: EdgeClient, first: str, pause_s: float, rest: str) -> None:
-    """Half a second of room, then `first`, a pause, `rest` and 1.5 s of room, in real time."""
+async def say_with_a_pause(
+    client: EdgeClient, first: str, pause_s: float, rest: str, voice: Voice | None = None
+) -> None:
+    """Half a second of room, then `first`, a pause, `rest` and 1.5 s of room, in real time
+    (English espeak-ng unless `voice` says them)."""
     await client.append_audio("mic", pcm16(quiet_room(0.5)))
-    speech = [spoken(first, trim=True), quiet_room(pause_s), spoken(rest, trim=True)]
+    say = partial(voiced, voice, trim=True) if voice else partial(spoken, trim=True)
+    speech = [say(first), quiet_room(pause_s), say(rest)]
     await in_real_time(client, pcm16(np.concatenate([*speech, quiet_room(1.5)])))
 
 
@@ -323,6 +329,37 @@ async def test_semantic_vad_with_the_text_model_keeps_listening_where_no_word_li
         events = [e async for e in client.events(accepted.turn_id)]
     transcript = next(e for e in events if isinstance(e, InputTranscript))
     assert {"why", "blue"} <= set(words(transcript.text))  # the whole question
+
+
+async def test_semantic_vad_does_not_end_a_turn_on_words_the_asr_could_not_read():
+    """A Spanish speaker on this English-only deployment (tiny.en): "¿Cuántos gramos de
+    azúcar tiene una" … 1.5 s … "lata de refresco?". The half sounds finished to the turn
+    model and tiny.en makes a whole English sentence of it ("I'm going to see you next
+    time.", its tokens' mean log-probability ~ -1.5), which arrives ~0.8 s into the pause:
+    words that unsure are not trusted, so the pause is an unfinished one (eagerness medium:
+    2 s of silence end it) and the whole is the one turn. Trusting them, the turn ends on
+    the half (checked)."""
+    spanish = EspeakSpeaker("es")
+    first = "¿Cuántos gramos de azúcar tiene una"
+    async with stack() as (running, _, client):
+        assert running.preprocess is not None
+        await asyncio.to_thread(running.preprocess.service.speech.warm)  # as a worker starts
+        warm_up = await client.start_turn(conv(), "Hello.")  # every hop's consumers joined
+        assert [e async for e in client.events(warm_up)]
+        await client.update_session(
+            turn_detection=TurnDetection(
+                conversation_id=conv(), stream_id="mic", type="semantic_vad", eagerness="medium"
+            ),
+        )
+        await say_with_a_pause(client, first, 1.5, "lata de refresco?", voice=spanish)
+        await in_real_time(client, pcm16(quiet_room(1.0)))  # the unfinished pause's 2 s
+        assert isinstance(await client.next_event(), InputSpeechStarted)
+        accepted = await client.next_event()
+        assert isinstance(accepted, TurnAccepted)
+        events = [e async for e in client.events(accepted.turn_id)]
+    transcript = next(e for e in events if isinstance(e, InputTranscript))
+    half_s = len(voiced(spanish, first, trim=True)) / SAMPLE_RATE
+    assert transcript.audio_s > half_s + 1.5, transcript  # the pause and the rest are in it
 
 
 async def test_the_rest_of_a_sentence_after_an_early_end_of_turn_stops_the_answer_and_is_asked():

@@ -48,6 +48,12 @@ class Transcript:
     audio_seconds: float  # the whole clip
     speech_seconds: float  # what was transcribed (the padded speech segments)
     language: str = ""  # ISO 639-1, as heard ("en" for an English-only model)
+    # how sure the decode was: the mean log-probability of its tokens, and the probability
+    # of `language` when the model detected it (1.0: given). Low on speech the model cannot
+    # read (a language it was not trained on, a voice it mishears); the edge's end of turn does
+    # not trust such words (`ws_edge.voice.unfinished.unreadable`)
+    logprob: float = 0.0
+    language_probability: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -167,7 +173,8 @@ class WhisperTranscriber:
             short = self._short_window(model, joined, wanted) if self.short_window else None
             if short is not None and short.segments and not degenerate(short.segments):
                 timed = [(s.start_s, s.end_s, s.text) for s in short.segments]
-                return self._transcript(timed, pieces, audio_s, speech_s, short.language)
+                sure = (short.logprob, short.language_probability)
+                return self._transcript(timed, pieces, audio_s, speech_s, short.language, sure=sure)
             raw, info = model.transcribe(
                 joined,
                 language=wanted if model.model.is_multilingual else "en",
@@ -182,7 +189,14 @@ class WhisperTranscriber:
             )
             whisper_segments = list(raw)  # a generator: decoding happens here, under the lock
         timed = [(seg.start, seg.end, seg.text) for seg in whisper_segments]
-        return self._transcript(timed, pieces, audio_s, speech_s, info.language)
+        tokens = sum(len(seg.tokens) for seg in whisper_segments)
+        logprob = (
+            sum(seg.avg_logprob * len(seg.tokens) for seg in whisper_segments) / tokens
+            if tokens
+            else 0.0
+        )
+        sure = (logprob, info.language_probability if wanted is None else 1.0)
+        return self._transcript(timed, pieces, audio_s, speech_s, info.language, sure=sure)
 
     @staticmethod
     def _short_window(
@@ -210,6 +224,8 @@ class WhisperTranscriber:
         audio_s: float,
         speech_s: float,
         language: str,
+        *,
+        sure: tuple[float, float],
     ) -> Transcript:
         """Segments timed on the joined buffer, mapped back onto the clip."""
         timeline = _Timeline(pieces)
@@ -222,4 +238,4 @@ class WhisperTranscriber:
             end = max(start, timeline.to_clip(seg_end, is_end=True))
             out.append(TranscriptSegment(round(start, 3), round(end, 3), text))
         text = " ".join(s.text for s in out)
-        return Transcript(text, tuple(out), audio_s, speech_s, language)
+        return Transcript(text, tuple(out), audio_s, speech_s, language, *sure)

@@ -60,6 +60,8 @@ class HeardSpeech:
     segments: list[TranscriptSegment]
     audio_s: float
     language: str = ""  # ISO 639-1 as the ASR heard it; "" unknown
+    logprob: float = 0.0  # how sure the ASR was (`asr.Transcript`)
+    language_probability: float = 1.0
 
 
 class SpeechRecognizer(Protocol):
@@ -212,6 +214,8 @@ class PreprocessService:
                         segments=heard.segments,
                         audio_s=heard.audio_s,
                         language=heard.language,
+                        logprob=round(heard.logprob, 3),
+                        language_probability=round(heard.language_probability, 3),
                         judging=judging,
                     ),
                 )

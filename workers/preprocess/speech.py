@@ -66,6 +66,8 @@ class SpeechPipeline:
             segments=list(transcript.segments),
             audio_s=transcript.audio_seconds,
             language=transcript.language,
+            logprob=transcript.logprob,
+            language_probability=transcript.language_probability,
         )
 
 

@@ -63,6 +63,8 @@ class WindowDecode:
     segments: list[WindowSegment]
     language: str  # as decoded: the caller's, or the one detected
     logprob: float  # the mean log-probability of its tokens (higher: surer)
+    # how sure the model was of `language` when it detected it (1.0: the caller's)
+    language_probability: float = 1.0
 
     @property
     def unsure(self) -> bool:
@@ -121,11 +123,12 @@ def transcribe_window(
     features = pad_or_trim(model.feature_extractor(padded), window_s * FRAMES_PER_S)
     encoded = model.encode(features)
     multilingual = model.model.is_multilingual
+    language_probability = 1.0
     if not multilingual:
         language = "en"
     elif language is None:
         [ranked] = model.model.detect_language(encoded)
-        language = ranked[0][0].strip("<|>")
+        language, language_probability = ranked[0][0].strip("<|>"), ranked[0][1]
     tokenizer = Tokenizer(
         model.hf_tokenizer,
         multilingual,
@@ -150,4 +153,4 @@ def transcribe_window(
         decode=lambda ids: tokenizer.decode(ids).strip(),
         end_s=len(audio) / SAMPLE_RATE,
     )
-    return WindowDecode(segments, language, result.scores[0])
+    return WindowDecode(segments, language, result.scores[0], language_probability)

@@ -65,7 +65,7 @@ from ws_edge.voice.loop import (
     VoiceEvent,
     VoiceLoop,
 )
-from ws_edge.voice.unfinished import guess_unfinished
+from ws_edge.voice.unfinished import guess_unfinished, unreadable
 
 
 class VoiceTurns:
@@ -308,20 +308,24 @@ class VoiceTurns:
         mid-sentence (the semantic end of turn weighs them), with the text model's verdict
         when one follows it; a guess that ended without them says none will come."""
         if isinstance(event, InputTranscribed):
-            detection = self._detection
-            language = event.language or (detection.language if detection else None) or "en"
             if event.judging:  # the text model's verdict follows: the words wait for it
-                route.judging = (event.text, language)
+                route.judging = event
                 return []
-            unfinished = guess_unfinished(event.text, language, event.ends_sentence)
-            return self._words_heard(route.pause_id, unfinished)
+            return self._words_heard(route.pause_id, self._unfinished(event, event.ends_sentence))
         if isinstance(event, SentenceEndJudged) and route.judging is not None:
-            (text, language), route.judging = route.judging, None
-            unfinished = guess_unfinished(text, language, event.ends_sentence)
-            return self._words_heard(route.pause_id, unfinished)
+            heard, route.judging = route.judging, None
+            return self._words_heard(route.pause_id, self._unfinished(heard, event.ends_sentence))
         if isinstance(event, TurnCompleted):
             return self._words_heard(route.pause_id, None)
         return []
+
+    def _unfinished(self, heard: InputTranscribed, ends_sentence: float) -> bool:
+        """Whether a guess's words keep the turn open: they stop mid-sentence, or the ASR
+        could not read the speech (then they say nothing of where the sentence is)."""
+        detection = self._detection
+        language = heard.language or (detection.language if detection else None) or "en"
+        readable = not unreadable(heard.logprob, heard.language_probability)
+        return guess_unfinished(heard.text, language, ends_sentence, readable=readable)
 
     def _words_heard(self, pause_id: int, unfinished: bool | None) -> list[Action]:
         return self._on_loop(None, lambda loop: loop.words_verdict(pause_id, unfinished))

@@ -75,6 +75,14 @@ CLOSED_CLASS: dict[str, frozenset[str]] = {
 # words stop mid-sentence: true texts of half sentences score <= 0.002 and whole ones >= 0.1
 ENDS_SENTENCE_BAR = 0.01
 
+# words the ASR heard this unsure say nothing of where the sentence is: a decode whose tokens'
+# mean log-probability is below UNREADABLE_LOGPROB, or whose language was detected with less
+# than UNSURE_LANGUAGE. Chosen on bench.turn_taking's dev set (2026-12-07): every decode of
+# piper's English voice scored above -0.75, and most of Whisper base's decodes of espeak's
+# foreign voices (half their words wrong) below -0.8 or in a language it was unsure of
+UNREADABLE_LOGPROB = -0.8
+UNSURE_LANGUAGE = 0.8
+
 TRAILING_OFF = ("...", "…", ",", "\uff0c", "、", "-", "—")  # \uff0c: a full-width comma
 _NO_SPACES = frozenset({"zh", "ja"})
 
@@ -97,9 +105,22 @@ def sounds_unfinished(text: str, language: str) -> bool:
     return bool(said) and said.split()[-1] in words
 
 
-def guess_unfinished(text: str, language: str, ends_sentence: float = -1.0) -> bool:
-    """The words of a guess stop mid-sentence: by the word lists, or by the text model's
-    probability that the message ends there (`ends_sentence`, -1: not judged)."""
+def unreadable(logprob: float, language_probability: float) -> bool:
+    """The ASR could not read the speech (`logprob`: the mean log-probability of its tokens;
+    `language_probability`: how sure it was of the language it detected, 1.0 when given): a
+    voice or a language it mishears, whose words end anywhere."""
+    return logprob < UNREADABLE_LOGPROB or language_probability < UNSURE_LANGUAGE
+
+
+def guess_unfinished(
+    text: str, language: str, ends_sentence: float = -1.0, *, readable: bool = True
+) -> bool:
+    """The words of a guess keep the turn open: they stop mid-sentence by the word lists or
+    by the text model's probability that the message ends there (`ends_sentence`, -1: not
+    judged), or they were not `readable` (words misheard cannot confirm an end: the turn
+    waits as for an unfinished sentence, the price of a voice the ASR cannot read)."""
+    if not readable:
+        return True
     if 0.0 <= ends_sentence < ENDS_SENTENCE_BAR:
         return True
     return sounds_unfinished(text, language)

@@ -13,6 +13,7 @@ from runtime.whisper_models import base_path
 from workers.preprocess.asr import WhisperTranscriber
 from workers.preprocess.vad import SpeechSegment
 from workers.tts.voices import espeak_for
+from ws_edge.voice.unfinished import unreadable
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +84,24 @@ def test_chinese_with_the_clients_hint_is_written_in_chinese(multilingual):
 def test_the_english_model_hears_english_whatever_the_hint():
     transcript = heard(WhisperTranscriber(cpu_threads=2), said("en", "Good morning."), "es")
     assert transcript.language == "en"
+
+
+# ---- how sure the decode was: what the voice loop's end of turn trusts ---------------------
+@pytest.mark.parametrize("short_window", [True, False], ids=["short-window", "30-s"])
+def test_speech_the_model_cannot_read_is_unreadable_and_clear_speech_is_not(short_window):
+    english = WhisperTranscriber(cpu_threads=2, short_window=short_window)
+    clear = heard(english, said("en", "Can you tell me how to get to the station?"))
+    assert {"tell", "station"} <= set(words(clear.text)), clear.text
+    assert not unreadable(clear.logprob, clear.language_probability), clear
+    # German to the English-only model: English-looking words, and a decode that knows it
+    german = heard(english, said("de", "Erinnere mich daran, meine Schwester anzurufen."))
+    assert german.text and unreadable(german.logprob, german.language_probability), german
+
+
+def test_a_detected_language_says_how_sure_the_detection_was(multilingual):
+    clip = said("es", "Quiero reservar una mesa para cuatro personas esta noche.")
+    detected = heard(multilingual, clip)
+    assert detected.language == "es" and 0.0 < detected.language_probability <= 1.0
+    assert detected.language_probability < 1.0  # measured, not the default
+    given = heard(multilingual, clip, language="es")
+    assert given.language_probability == 1.0  # the client's hint is not doubted

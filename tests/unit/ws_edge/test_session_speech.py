@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from base64 import b64encode
 
+import pytest
+
 from harness.factories import completed
 from runtime.blobs import sha256_hex
 from schemas.events import (
@@ -1303,6 +1305,44 @@ def test_semantic_vad_keeps_listening_when_the_guess_stops_mid_sentence():
     assert mic.say([0.0] * 20) == []  # 864 ms of silence, still listening
     # the rest of the sentence: the guess is withdrawn, the whole utterance answered later
     assert RequestCancel(turn_id, "c1", "withdrawn") in mic.say([0.9] * 5)
+
+
+@pytest.mark.parametrize(
+    ("logprob", "language_probability"),
+    [(-1.1, 1.0), (-0.3, 0.41)],
+    ids=["tokens-unsure", "language-unsure"],
+)
+def test_semantic_vad_keeps_listening_on_words_the_asr_could_not_read(
+    logprob, language_probability
+):
+    session, mic, turn_id = a_guess_that_sounds_finished()
+    # a whole sentence by the lists, misheard (Whisper base on a voice it cannot read)
+    heard = InputTranscribed(
+        turn_id=turn_id,
+        text="Que tiempo va a hacer manllán.",
+        segments=[],
+        audio_s=0.3,
+        language="es",
+        logprob=logprob,
+        language_probability=language_probability,
+    )
+    assert session.relay(heard) == []  # not trusted: the end of turn waits
+    assert mic.say([0.0] * 20) == []  # 864 ms of silence, still listening
+    assert RequestCancel(turn_id, "c1", "withdrawn") in mic.say([0.9] * 5)
+
+
+def test_semantic_vad_ends_on_the_same_words_read_surely():
+    session, _, turn_id = a_guess_that_sounds_finished()
+    heard = InputTranscribed(
+        turn_id=turn_id,
+        text="Que tiempo va a hacer manllán.",
+        segments=[],
+        audio_s=0.3,
+        language="es",
+        logprob=-0.3,
+        language_probability=0.97,
+    )
+    assert Send(TurnAccepted(turn_id, "c1")) in session.relay(heard)
 
 
 def test_semantic_vad_words_wait_for_the_text_models_verdict_that_follows_them():

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ws_edge.voice.unfinished import CLOSED_CLASS, guess_unfinished, sounds_unfinished
+from ws_edge.voice.unfinished import (
+    CLOSED_CLASS,
+    UNREADABLE_LOGPROB,
+    UNSURE_LANGUAGE,
+    guess_unfinished,
+    sounds_unfinished,
+    unreadable,
+)
 
 
 @pytest.mark.parametrize(
@@ -56,3 +63,15 @@ def test_the_text_models_probability_weighs_in_when_judged():
     assert not guess_unfinished("Is it safe to eat raw eggs?", "en", 0.31)
     assert not guess_unfinished("Is it safe to eat raw?", "en", -1.0)  # not judged
     assert guess_unfinished("Tell me about the", "en", 0.4)  # the lists still count
+
+
+def test_words_the_asr_could_not_read_keep_the_turn_open_whatever_they_say():
+    assert guess_unfinished("What time is it?", "en", 0.4, readable=False)
+    assert not guess_unfinished("What time is it?", "en", 0.4, readable=True)
+
+
+def test_unreadable_is_an_unsure_decode_or_an_unsure_language():
+    assert not unreadable(0.0, 1.0)
+    assert not unreadable(UNREADABLE_LOGPROB, UNSURE_LANGUAGE)  # the bars themselves pass
+    assert unreadable(UNREADABLE_LOGPROB - 0.01, 1.0)
+    assert unreadable(-0.2, UNSURE_LANGUAGE - 0.01)
