@@ -115,7 +115,9 @@ class PreprocessService:
     async def run_turn(self, turn: TurnSubmitted) -> None:
         async with self._conversations.hold(turn.conversation_id):
             judge = await self._preprocess(turn)
-        if judge is not None:  # beside the answer, which has started: out of its way
+        # beside the answer, which has started: out of its way; not for a guess withdrawn
+        # meanwhile (the user spoke on during its transcription: nobody waits for a verdict)
+        if judge is not None and not await self._cancelled(turn):
             await self._judge(turn, judge)
 
     async def _preprocess(self, turn: TurnSubmitted) -> HeardSpeech | None:
@@ -181,6 +183,9 @@ class PreprocessService:
             pipe.exists(self.names.cancelled_key(turn.turn_id))
             done, cancelled = await pipe.execute()
         return bool(done or cancelled)
+
+    async def _cancelled(self, turn: TurnSubmitted) -> bool:
+        return bool(await self.redis.exists(self.names.cancelled_key(turn.turn_id)))
 
     async def _enrich(
         self, turn: TurnSubmitted, started: float

@@ -308,7 +308,9 @@ class VoiceTurns:
         mid-sentence (the semantic end of turn weighs them), with the text model's verdict
         when one follows it; a guess that ended without them says none will come."""
         if isinstance(event, InputTranscribed):
-            if event.judging:  # the text model's verdict follows: the words wait for it
+            # the text model's verdict follows: the words wait for it, unless they were
+            # too unsure to be trusted whatever it says
+            if event.judging and not unreadable(event.logprob, event.language_probability):
                 route.judging = event
                 return []
             return self._words_heard(route.pause_id, self._unfinished(event, event.ends_sentence))
