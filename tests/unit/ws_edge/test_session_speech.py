@@ -1307,6 +1307,21 @@ def test_semantic_vad_keeps_listening_when_the_guess_stops_mid_sentence():
     assert RequestCancel(turn_id, "c1", "withdrawn") in mic.say([0.9] * 5)
 
 
+def misheard(turn_id: str, logprob: float, language_probability: float, **more):
+    """A whole sentence by the lists, misheard (Whisper base on a voice it cannot read), with
+    how sure the ASR was of it."""
+    return InputTranscribed(
+        turn_id=turn_id,
+        text="Que tiempo va a hacer manllán.",
+        segments=[],
+        audio_s=0.3,
+        language="es",
+        logprob=logprob,
+        language_probability=language_probability,
+        **more,
+    )
+
+
 @pytest.mark.parametrize("judging", [False, True], ids=["lists", "text-model-to-follow"])
 @pytest.mark.parametrize(
     ("logprob", "language_probability"),
@@ -1317,17 +1332,7 @@ def test_semantic_vad_keeps_listening_on_words_the_asr_could_not_read(
     logprob, language_probability, judging
 ):
     session, mic, turn_id = a_guess_that_sounds_finished()
-    # a whole sentence by the lists, misheard (Whisper base on a voice it cannot read)
-    heard = InputTranscribed(
-        turn_id=turn_id,
-        text="Que tiempo va a hacer manllán.",
-        segments=[],
-        audio_s=0.3,
-        language="es",
-        logprob=logprob,
-        language_probability=language_probability,
-        judging=judging,
-    )
+    heard = misheard(turn_id, logprob, language_probability, judging=judging)
     # not trusted: an unfinished pause at once (no text model verdict is waited for: the
     # words are not trusted whatever it says), which only 2 s of silence ends
     assert session.relay(heard) == []
@@ -1337,15 +1342,7 @@ def test_semantic_vad_keeps_listening_on_words_the_asr_could_not_read(
 
 def test_semantic_vad_ends_on_the_same_words_read_surely():
     session, _, turn_id = a_guess_that_sounds_finished()
-    heard = InputTranscribed(
-        turn_id=turn_id,
-        text="Que tiempo va a hacer manllán.",
-        segments=[],
-        audio_s=0.3,
-        language="es",
-        logprob=-0.3,
-        language_probability=0.97,
-    )
+    heard = misheard(turn_id, logprob=-0.3, language_probability=0.97)
     assert Send(TurnAccepted(turn_id, "c1")) in session.relay(heard)
 
 
