@@ -455,8 +455,8 @@ class InputTranscribed(Event, frozen=True, tag="input.transcribed"):
     audio_s: float
     language: str = ""  # ISO 639-1 as heard ("" unknown)
     # how sure the ASR was: the mean log-probability of the words' tokens, and the probability
-    # of `language` when it was detected (1.0: given or English-only); the voice loop's end of
-    # turn does not trust words heard this unsure
+    # that the speech is in `language`, detected or the client's (1.0: not checked); the
+    # voice loop's end of turn does not trust words heard this unsure
     logprob: float = 0.0
     language_probability: float = 1.0
     # a guess of the voice loop: P(the user's message ends after `text`), from a text model

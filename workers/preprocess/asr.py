@@ -49,7 +49,8 @@ class Transcript:
     speech_seconds: float  # what was transcribed (the padded speech segments)
     language: str = ""  # ISO 639-1, as heard ("en" for an English-only model)
     # how sure the decode was: the mean log-probability of its tokens, and the probability
-    # of `language` when the model detected it (1.0: given). Low on speech the model cannot
+    # that the speech is in `language`, detected or given (1.0: English-only model, or a
+    # given language on the 30 s path, which does not check it). Low on speech the model cannot
     # read (a language it was not trained on, a voice it mishears); the edge's end of turn does
     # not trust such words (`ws_edge.voice.unfinished.unreadable`)
     logprob: float = 0.0

@@ -63,7 +63,8 @@ class WindowDecode:
     segments: list[WindowSegment]
     language: str  # as decoded: the caller's, or the one detected
     logprob: float  # the mean log-probability of its tokens (higher: surer)
-    # how sure the model was of `language` when it detected it (1.0: the caller's)
+    # how sure the model is that the speech is in `language`, detected or the caller's (1.0:
+    # an English-only model, which cannot tell)
     language_probability: float = 1.0
 
     @property
@@ -126,9 +127,12 @@ def transcribe_window(
     language_probability = 1.0
     if not multilingual:
         language = "en"
-    elif language is None:
+    else:  # detected, or the caller's: how sure the model is the speech is in it
         [ranked] = model.model.detect_language(encoded)
-        language, language_probability = ranked[0][0].strip("<|>"), ranked[0][1]
+        if language is None:
+            language, language_probability = ranked[0][0].strip("<|>"), ranked[0][1]
+        else:
+            language_probability = dict(ranked).get(f"<|{language}|>", 0.0)
     tokenizer = Tokenizer(
         model.hf_tokenizer,
         multilingual,

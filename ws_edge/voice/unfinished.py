@@ -76,10 +76,11 @@ CLOSED_CLASS: dict[str, frozenset[str]] = {
 ENDS_SENTENCE_BAR = 0.01
 
 # words the ASR heard this unsure say nothing of where the sentence is: a decode whose tokens'
-# mean log-probability is below UNREADABLE_LOGPROB, or whose language was detected with less
-# than UNSURE_LANGUAGE. Chosen on bench.turn_taking's dev set (2026-12-07): every decode of
-# piper's English voice scored above -0.75, and most of Whisper base's decodes of espeak's
-# foreign voices (half their words wrong) below -0.8 or in a language it was unsure of
+# mean log-probability is below UNREADABLE_LOGPROB, or whose language (detected, or the
+# client's) the model gives less than UNSURE_LANGUAGE. Chosen on bench.turn_taking's dev set
+# (2026-12-07): every decode of piper's English voice scored above -0.75, and most of Whisper
+# base's decodes of espeak's foreign voices (half their words wrong) below -0.8 or in a
+# language it was unsure of
 UNREADABLE_LOGPROB = -0.8
 UNSURE_LANGUAGE = 0.8
 
@@ -107,8 +108,8 @@ def sounds_unfinished(text: str, language: str) -> bool:
 
 def unreadable(logprob: float, language_probability: float) -> bool:
     """The ASR could not read the speech (`logprob`: the mean log-probability of its tokens;
-    `language_probability`: how sure it was of the language it detected, 1.0 when given): a
-    voice or a language it mishears, whose words end anywhere."""
+    `language_probability`: how sure it was the speech is in the language it detected or was
+    given): a voice or a language it mishears, whose words end anywhere."""
     return logprob < UNREADABLE_LOGPROB or language_probability < UNSURE_LANGUAGE
 
 

@@ -98,10 +98,12 @@ def test_speech_the_model_cannot_read_is_unreadable_and_clear_speech_is_not(shor
     assert german.text and unreadable(german.logprob, german.language_probability), german
 
 
-def test_a_detected_language_says_how_sure_the_detection_was(multilingual):
+def test_the_language_detected_or_given_says_how_sure_the_model_is_of_it(multilingual):
     clip = said("es", "Quiero reservar una mesa para cuatro personas esta noche.")
     detected = heard(multilingual, clip)
-    assert detected.language == "es" and 0.0 < detected.language_probability <= 1.0
-    assert detected.language_probability < 1.0  # measured, not the default
-    given = heard(multilingual, clip, language="es")
-    assert given.language_probability == 1.0  # the client's hint is not doubted
+    assert detected.language == "es" and 0.5 < detected.language_probability < 1.0
+    given = heard(multilingual, clip, language="es")  # the client's hint: checked the same
+    assert given.language_probability == pytest.approx(detected.language_probability)
+    wrong = heard(multilingual, clip, language="zh")  # a hint the speech does not match
+    assert wrong.language == "zh" and wrong.language_probability < 0.1
+    assert unreadable(wrong.logprob, wrong.language_probability)
