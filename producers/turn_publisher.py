@@ -59,7 +59,8 @@ class TurnPublisher:
 
     async def wait_connected(self, timeout_s: float) -> bool:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._connected.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._connected.wait()
         return self._connected.is_set()
 
     async def _connect_forever(self) -> None:
@@ -104,12 +105,10 @@ class TurnPublisher:
         # the current trace (the edge's turn span) goes along in the headers
         with producing(topic, turn_id=turn.turn_id) as headers:
             try:
-                await asyncio.wait_for(
-                    producer.send_and_wait(
+                async with asyncio.timeout(self._timeout_s):
+                    await producer.send_and_wait(
                         topic, encode(turn), key=turn.conversation_id.encode(), headers=headers
-                    ),
-                    timeout=self._timeout_s,
-                )
+                    )
             except (KafkaError, TimeoutError) as err:
                 raise PublishFailed(f"Kafka did not acknowledge the turn: {err!r}") from err
 

@@ -1,8 +1,9 @@
 """Stopping tasks so that they do stop: cancel, and cancel again while one is still running.
 
 A cancellation is delivered once. Python 3.11's `asyncio.wait_for` drops it when the awaited
-operation finishes in the same loop step (CPython gh-86296; redis-py waits for its socket
-reads and writes that way), and the task goes on as if nothing had asked it to stop: a loop
+operation finishes in the same loop step (CPython gh-86296; redis-py 8 sends that way when
+a socket timeout is set, so `runtime.redis` sets none, and ruff bans `asyncio.wait_for` in
+our own code), and the task goes on as if nothing had asked it to stop: a loop
 such as the worker state board's then runs for ever, and whoever awaits it after one
 `cancel()` waits for ever (a CI run's test teardown hung 300 s on it, 2026-12-06). Cancelling
 again until the task ends is what anyio's level cancellation does for every library at once.

@@ -145,7 +145,8 @@ class EdgeClient:
 
     async def next_event(self, wait_s: float = 30.0) -> AnyServerEvent:
         """The next event that is not part of an accepted turn's stream."""
-        return await asyncio.wait_for(self._pending.get(), wait_s)
+        async with asyncio.timeout(wait_s):
+            return await self._pending.get()
 
     async def start_turn(self, conversation_id: str, text: str, **options) -> str:
         """Send a turn and wait for `turn.accepted`; raise `TurnRejected` on an error event.
@@ -198,7 +199,8 @@ class EdgeClient:
         queue = self._turns[turn_id]
         ends: set[type] = {ResponseDone, ResponseAudioDone} if speech else {ResponseDone}
         while True:
-            event = await asyncio.wait_for(queue.get(), wait_s)
+            async with asyncio.timeout(wait_s):
+                event = await queue.get()
             yield event
             ends.discard(type(event))
             if not ends:
@@ -262,7 +264,8 @@ class EdgeClient:
         queue = self._turns[turn_id]  # the confirmation or the error for this turn lands here
         try:
             await self.send(Feedback(turn_id=turn_id, kind=kind, comment=comment))
-            event = await asyncio.wait_for(queue.get(), 30)
+            async with asyncio.timeout(30):
+                event = await queue.get()
         finally:
             self._turns.pop(turn_id, None)
         if isinstance(event, ErrorEvent):

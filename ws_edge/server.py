@@ -168,7 +168,8 @@ class EdgeServer:
         await self.publisher.start()
         self.admission.charges.start()
         self._relay_task = asyncio.create_task(self.relay.run(), name="edge-relay")
-        await asyncio.wait_for(self.relay.subscribed.wait(), timeout=10)
+        async with asyncio.timeout(10):
+            await self.relay.subscribed.wait()
         self.abandonment.start()
         if self.server_tools.allow.rules:  # no tenant may call one: the catalog is not read
             catalog = follow_catalog(

@@ -123,7 +123,8 @@ class Outcomes:
         future = asyncio.get_running_loop().create_future()
         self._waiting[turn_id] = future
         try:
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await future
         finally:
             self._waiting.pop(turn_id, None)
 

@@ -86,7 +86,8 @@ class OutputGuard:
         """Until every verdict is in, or the deadline passed (ticks check it)."""
         while not self.settled.is_set():
             try:
-                await asyncio.wait_for(self.settled.wait(), tick_s)
+                async with asyncio.timeout(tick_s):
+                    await self.settled.wait()
             except TimeoutError:
                 await self._apply(self.gate.on_tick(self._clock_ms()))
 

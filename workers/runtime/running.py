@@ -23,6 +23,8 @@ from workers.runtime.relay import RelayPublisher
 
 log = logging.getLogger("turnstream.worker")
 
+RELAY_FLUSH_S = 5.0  # at a stop, how long the relay may take to send what it holds
+
 S = TypeVar("S")
 
 
@@ -82,7 +84,8 @@ async def run_service(
         await loop.drain(timeout_s=running.drain_s)
         if relay is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(relay.flushed(), timeout=5.0)
+                async with asyncio.timeout(RELAY_FLUSH_S):
+                    await relay.flushed()
         await cancel_and_wait(helpers)
         if consumer is not None:
             await consumer.stop()

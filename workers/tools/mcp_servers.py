@@ -76,14 +76,16 @@ class McpServers:
             ready = asyncio.Event()
             self._holders.append(asyncio.create_task(self._hold(spec, ready)))
             try:
-                await asyncio.wait_for(ready.wait(), self._connect_timeout_s)
+                async with asyncio.timeout(self._connect_timeout_s):
+                    await ready.wait()
             except TimeoutError:
                 log.warning(
                     "MCP server %s did not answer in %.0f s", spec.name, self._connect_timeout_s
                 )
         for name, client in self._clients.items():
             try:
-                listed = await asyncio.wait_for(client.list_tools(), self._timeout_s)
+                async with asyncio.timeout(self._timeout_s):
+                    listed = await client.list_tools()
             except Exception as err:  # a broken server is left out, not fatal
                 log.warning("MCP server %s: listing its tools failed: %r", name, err)
                 continue
@@ -130,10 +132,10 @@ class McpServers:
             raise ToolServerUnavailable(f"MCP server {listed.server!r} is not connected")
         began = time.perf_counter()
         try:
-            result = await asyncio.wait_for(
-                client.call_tool(listed.tool, arguments, meta={IDEMPOTENCY_META: idempotency_key}),
-                self._timeout_s,
-            )
+            async with asyncio.timeout(self._timeout_s):
+                result = await client.call_tool(
+                    listed.tool, arguments, meta={IDEMPOTENCY_META: idempotency_key}
+                )
         except TimeoutError:
             raise ToolTimeout(f"{name} took longer than {self._timeout_s:g} s") from None
         except (OSError, RuntimeError, ValueError) as err:

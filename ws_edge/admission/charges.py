@@ -143,7 +143,8 @@ class ChargeWriter:
         """Sleep, unless the edge is stopping (then its last write goes at once)."""
         if seconds > 0 and not self._stopping:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), seconds)
+                async with asyncio.timeout(seconds):
+                    await self._stop.wait()
 
     async def _write_once(self) -> bool:
         batch = self.owed.take()

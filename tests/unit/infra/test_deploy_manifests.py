@@ -836,11 +836,10 @@ STARTED_CHECK = {"workers.inference": "board", "workers.safety": "redis"}
 def drain_budget_s() -> float:
     """Worst case from SIGTERM to exit of a worker, from the code: the drain of in-flight
     turns, the relay flush, the producer's last request (workers/runtime)."""
-    from workers.runtime.running import RunningService
+    from workers.runtime.running import RELAY_FLUSH_S, RunningService
 
     drain = RunningService.__dataclass_fields__["drain_s"].default
-    running = (REPO / "workers/runtime/running.py").read_text()
-    flush = float(re.search(r"relay\.flushed\(\), timeout=([0-9.]+)", running).group(1))
+    flush = RELAY_FLUSH_S
     request_s = Settings.from_env({}).kafka_request_timeout_s  # the producer's, by default
     return drain + flush + request_s
 
