@@ -86,9 +86,8 @@ class OutputGuard:
         """Until every verdict is in, or the deadline passed (ticks check it)."""
         while not self.settled.is_set():
             try:
-                # kept: with `asyncio.timeout` here an image turn's answer ended as "safety"
-                # (test_input_screening, 2026-12-07), not yet understood; see reliability.md
-                await asyncio.wait_for(self.settled.wait(), tick_s)  # noqa: TID251
+                async with asyncio.timeout(tick_s):
+                    await self.settled.wait()
             except TimeoutError:
                 await self._apply(self.gate.on_tick(self._clock_ms()))
 

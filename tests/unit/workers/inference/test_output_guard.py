@@ -3,6 +3,8 @@ Kafka or Redis: the I/O is recorded)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from moderation.output_gate import GateConfig, OutputGate, Policy
 from schemas.events import FinishReason, SafetyAction, SafetyStage, SafetyVerdict
 from workers.inference.output_guard import OutputGuard, SafetyStop
@@ -133,3 +135,35 @@ async def test_the_summary_counts_the_windows_the_classifier_released():
     await guard.received(_verdict(2, SafetyAction.RELEASE, scores=read, error="classifier"))
     summary = guard.summary()
     assert (summary.windows, summary.released, summary.classified) == (3, 3, 1)
+
+
+async def test_a_cut_of_the_last_window_stops_the_task_waiting_for_it():
+    """The worker stops a cut answer by cancelling its own generation task, which is then
+    in `wait_settled`; the verdict sets `settled` and cancels in the same step, and a wait
+    that drops such a cancel (Python 3.11's `asyncio.wait_for`) let the cut answer end
+    as "stop" (its trace said `cut_window=0`)."""
+    rec = Recorder()
+    waiting: list[asyncio.Task] = []
+    rec.stops = StopsCancelling(waiting)
+    guard = rec.guard(Policy.OPTIMISTIC)
+    await guard.delta("one two ", 2)
+    await guard.finish()
+    task = asyncio.create_task(guard.wait_settled(tick_s=10))
+    waiting.append(task)
+    await asyncio.sleep(0)  # it waits
+    await guard.verdict(0, "cut", ["injection"])
+    await asyncio.wait([task], timeout=5)
+    assert task.cancelled()
+
+
+class StopsCancelling(list):
+    """The worker's `stop`: recorded, and the waiting task cancelled."""
+
+    def __init__(self, tasks: list[asyncio.Task]) -> None:
+        super().__init__()
+        self.tasks = tasks
+
+    def append(self, stop) -> None:
+        super().append(stop)
+        for task in self.tasks:
+            task.cancel()
