@@ -4,6 +4,7 @@ Kafka or Redis: the I/O is recorded)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from moderation.output_gate import GateConfig, OutputGate, Policy
 from schemas.events import FinishReason, SafetyAction, SafetyStage, SafetyVerdict
@@ -17,7 +18,12 @@ class Recorder:
         self.windows: list[int] = []
         self.stops: list[SafetyStop] = []
 
-    def guard(self, policy: Policy, deadline_ms: float = 1000.0) -> OutputGuard:
+    def guard(
+        self,
+        policy: Policy,
+        deadline_ms: float = 1000.0,
+        stop: Callable[[SafetyStop], None] | None = None,
+    ) -> OutputGuard:
         async def relay(text: str) -> None:
             self.relayed.append(text)
 
@@ -31,7 +37,7 @@ class Recorder:
             OutputGate(config),
             relay=relay,
             send_window=send_window,
-            stop=self.stops.append,
+            stop=stop or self.stops.append,
             clock_ms=lambda: self.now,
         )
 
@@ -144,8 +150,13 @@ async def test_a_cut_of_the_last_window_stops_the_task_waiting_for_it():
     as "stop" (its trace said `cut_window=0`)."""
     rec = Recorder()
     waiting: list[asyncio.Task] = []
-    rec.stops = StopsCancelling(waiting)
-    guard = rec.guard(Policy.OPTIMISTIC)
+
+    def stop(how: SafetyStop) -> None:  # as the worker's: recorded, the waiting task cancelled
+        rec.stops.append(how)
+        for task in waiting:
+            task.cancel()
+
+    guard = rec.guard(Policy.OPTIMISTIC, stop=stop)
     await guard.delta("one two ", 2)
     await guard.finish()
     task = asyncio.create_task(guard.wait_settled(tick_s=10))
@@ -154,16 +165,3 @@ async def test_a_cut_of_the_last_window_stops_the_task_waiting_for_it():
     await guard.verdict(0, "cut", ["injection"])
     await asyncio.wait([task], timeout=5)
     assert task.cancelled()
-
-
-class StopsCancelling(list):
-    """The worker's `stop`: recorded, and the waiting task cancelled."""
-
-    def __init__(self, tasks: list[asyncio.Task]) -> None:
-        super().__init__()
-        self.tasks = tasks
-
-    def append(self, stop) -> None:
-        super().append(stop)
-        for task in self.tasks:
-            task.cancel()
