@@ -4,7 +4,7 @@ each language, piper's joe in English): CPU time per question, word error rate (
 error rate for Chinese) and how often the language is detected right, for
 
 - tiny.en with Whisper's fixed 30 s window (the baseline, as until 2026-12-06),
-- tiny.en with a window sized to the speech (`workers/preprocess/whisper_window.py`),
+- tiny.en with a window sized to the speech (`runtime/whisper_window.py`),
 - the multilingual base with a window sized to the speech, detecting the language
   (`TURNSTREAM_ASR_MODEL=multilingual`), and with the client's language hint.
 

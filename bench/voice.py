@@ -52,6 +52,7 @@ from ws_edge.client import EdgeClient
 from ws_edge.messages import (
     InputSpeechStopped,
     InputTranscript,
+    InputTranscriptInterim,
     ResponseAudio,
     ResponseAudioDone,
     ResponseDelta,
@@ -72,6 +73,12 @@ CONFIGS: dict[str, dict] = {
     "before": {"turn_detection": "server_vad", "asr_short_window": False},
     "window": {"turn_detection": "server_vad", "asr_short_window": True},  # one change alone
     "after": {"turn_detection": "semantic_vad", "asr_short_window": True},
+    # after, with interim transcripts (the edge reads the words so far every second of speech)
+    "after+interim": {
+        "turn_detection": "semantic_vad",
+        "asr_short_window": True,
+        "interim_transcripts": True,
+    },
     "after+lm": {
         "turn_detection": "semantic_vad",
         "asr_short_window": True,
@@ -119,13 +126,23 @@ async def voice_turn(client: EdgeClient, speech: np.ndarray, voice_end_ms: float
     silence = quiet_room(1.0)
     speech_pcm, tail = pcm16(speech), pcm16(silence)
     await stream_realtime(client, "mic", pcm16(quiet_room(0.3)))
-    speech_end = await stream_realtime(client, "mic", speech_pcm) + voice_end_ms / 1000
-    sending = asyncio.ensure_future(stream_realtime(client, "mic", tail))
-    marks: dict[str, float] = {}
-    while True:  # speech_started, then turn.accepted
+    cpu_start = time.process_time()  # every role runs in this process: the turn's CPU
+    speech_start: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+    async def talk() -> None:  # the question, then silence, as a microphone goes on
+        speech_start.set_result(await stream_realtime(client, "mic", speech_pcm))
+        await stream_realtime(client, "mic", tail)
+
+    sending = asyncio.ensure_future(talk())
+    marks: dict[str, float] = {"interims": 0.0}
+    heard: dict[str, str] = {}
+    while True:  # speech_started, interim transcripts, then turn.accepted
         accepted = await client.next_event()
+        if isinstance(accepted, InputTranscriptInterim):
+            marks["interims"] += 1
         if isinstance(accepted, TurnAccepted):
             break
+    speech_end = await speech_start + voice_end_ms / 1000
     async for event in client.events(accepted.turn_id, speech=True):
         now = (time.perf_counter() - speech_end) * 1000
         kind = {
@@ -137,7 +154,14 @@ async def voice_turn(client: EdgeClient, speech: np.ndarray, voice_end_ms: float
         }.get(type(event))
         if kind is not None:
             marks.setdefault(kind, now)
+        if isinstance(event, InputTranscript):
+            heard["transcript"] = event.text
+        if isinstance(event, ResponseDone):
+            heard["finish"] = str(event.finish_reason)
     await sending
+    marks["cpu_ms"] = (time.process_time() - cpu_start) * 1000
+    if not all(hop in marks for hop in HOPS):  # refused, cut or split: say what it was
+        progress(f"incomplete turn {heard}: {sorted(marks)}")
     return marks
 
 
@@ -191,7 +215,10 @@ async def run_voice(voice: str, config: str, args: argparse.Namespace, speech: n
         await client.update_session(
             speech=SpeechOptions(voice),
             turn_detection=TurnDetection(
-                conversation_id=conversation, stream_id="mic", type=setup["turn_detection"]
+                conversation_id=conversation,
+                stream_id="mic",
+                type=setup["turn_detection"],
+                interim_transcripts=setup.get("interim_transcripts", False),
             ),
         )
         await voice_turn(client, speech, voice_end_ms)  # warm up: models loaded, topics assigned
@@ -207,8 +234,10 @@ async def run_voice(voice: str, config: str, args: argparse.Namespace, speech: n
 
 def summary(results: dict[str, dict]) -> list[dict]:
     rows = []
-    for voice, r in results.items():
-        row: dict = {"voice": voice}
+    for voice, run in results.items():
+        complete = [t for t in run["turns"] if all(hop in t for hop in HOPS)]
+        row: dict = {"voice": voice, "incomplete_turns": len(run["turns"]) - len(complete)}
+        r = {**run, "turns": complete}
         previous = [0.0] * len(r["turns"])
         for hop in HOPS:
             at = [t[hop] for t in r["turns"]]
@@ -218,6 +247,10 @@ def summary(results: dict[str, dict]) -> list[dict]:
             row[f"{hop}_hop_p50_ms"] = percentile(gaps, 50)
             previous = at
         row["audio_vs_text"] = row["first_audio_p50_ms"] / row["first_token_p50_ms"]
+        cpu = [t["cpu_ms"] for t in r["turns"]]
+        row["cpu_p50_ms"], row["cpu_p99_ms"] = percentile(cpu, 50), percentile(cpu, 99)
+        row["cpu_min_ms"], row["cpu_max_ms"] = min(cpu), max(cpu)
+        row["interims_per_turn"] = float(np.mean([t["interims"] for t in r["turns"]]))
         b = [x for x in r["barge_ins"] if "audio_stopped_ms" in x]
         row["barge_ins_without_audio"] = len(r["barge_ins"]) - len(b)  # nothing to interrupt
         row["barge_audio_p50_ms"] = percentile([x["audio_stopped_ms"] for x in b], 50)
@@ -240,6 +273,16 @@ def print_table(rows: list[dict]) -> None:
             for h in HOPS
         )
         print(f"{r['voice']:>14} {cells} {r['audio_vs_text']:>10.2f}")
+    print(
+        "CPU per spoken turn, every role in this process (ms: p50 [min-max]), interims per "
+        "turn, turns left out (no answer)"
+    )
+    for r in rows:
+        print(
+            f"{r['voice']:>14} {r['cpu_p50_ms']:>7.0f} "
+            f"[{r['cpu_min_ms']:.0f}-{r['cpu_max_ms']:.0f}] {r['interims_per_turn']:>6.1f} "
+            f"{r['incomplete_turns']:>3}"
+        )
     print("barge-in, ms after turn.interrupt (p50 / p99)")
     print(
         f"{'voice':>14} {'audio stopped':>16} {'generation stopped':>20} "
@@ -288,14 +331,15 @@ def plot(rows: list[dict], args: argparse.Namespace) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    speech = spoken(QUESTION)
+    speech = spoken(args.question)
     results = {}
     for voice in args.voices:
         for config in args.configs:
             results[f"{voice} {config}"] = await run_voice(voice, config, args, speech)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "voice.json").write_text(json.dumps({"args": vars(args), "raw": results}))
     rows = summary(results)
     print_table(rows)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"args": vars(args), "rows": rows, "raw": results}
     (RESULTS / "voice.json").write_text(json.dumps(payload, indent=2))
     plot(rows, args)
@@ -314,8 +358,9 @@ def main() -> None:
         choices=list(CONFIGS),
         help="before: server_vad + Whisper's 30 s window; window: server_vad + a window sized "
         "to the speech; after: semantic_vad + that window; after+lm: and the English text "
-        "model's verdict on each guess",
+        "model's verdict on each guess; after+interim: after, with interim transcripts",
     )
+    parser.add_argument("--question", default=QUESTION, help="what the user says (espeak-ng)")
     parser.add_argument(
         "--silence-ms", type=float, default=500.0, help="the VAD's end-of-speech silence"
     )

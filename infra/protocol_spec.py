@@ -37,7 +37,7 @@ import msgspec
 
 from ws_edge.messages import PROTOCOL_VERSION, AnyClientMessage, AnyServerEvent
 
-PROTOCOL_MINOR = 18  # the 1.x changelog's entries after 1.0.0 (see docs/protocol/CHANGELOG.md)
+PROTOCOL_MINOR = 19  # the 1.x changelog's entries after 1.0.0 (see docs/protocol/CHANGELOG.md)
 PROTOCOL_PATCH = 0
 SPEC_VERSION = f"{PROTOCOL_VERSION}.{PROTOCOL_MINOR}.{PROTOCOL_PATCH}"
 SPEC_PATH = Path(__file__).resolve().parents[1] / "docs" / "protocol" / "asyncapi.json"

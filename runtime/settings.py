@@ -856,6 +856,19 @@ class Settings:
         "a command (stop, wait, no, hold on; per language) interrupts at once, a backchannel "
         "does not. 0: off (duration alone decides).",
     )
+    interim_ms: float = _var(
+        "TURNSTREAM_INTERIM_MS",
+        1000.0,
+        "Edge voice loop, for a session that asks for interim transcripts: speech between two "
+        "of them. Each reads the utterance so far with the deployment's Whisper model at the "
+        "edge (~70-130 ms of a core for a few seconds of speech with tiny.en).",
+    )
+    interim_max_waiting: int = _var(
+        "TURNSTREAM_INTERIM_MAX_WAITING",
+        2,
+        "Edge: interim transcripts allowed to queue for their Whisper thread; one past that "
+        "is skipped (the next says more).",
+    )
     command_spotter_max_waiting: int = _var(
         "TURNSTREAM_COMMAND_SPOTTER_MAX_WAITING",
         4,

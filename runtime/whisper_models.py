@@ -63,3 +63,14 @@ def base_path(models_dir: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
     return out
+
+
+def asr_model_path(name: str, models_dir: Path) -> Path:
+    """The folder of the deployment's Whisper model (`TURNSTREAM_ASR_MODEL`): tiny.en or
+    multilingual. The preprocessing worker and the edge's interim transcripts read the same
+    one, so the words shown while the user speaks come from the model that makes the turn's."""
+    if name == "tiny.en":
+        return tiny_en_path()
+    if name == "multilingual":
+        return base_path(models_dir)
+    raise ValueError(f"TURNSTREAM_ASR_MODEL={name!r}: expected tiny.en or multilingual")

@@ -102,6 +102,19 @@ class CheckCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class TranscribeSoFar:
+    """Transcribe the utterance so far (`pcm`, in `language`; '' the model's guess) for an
+    interim transcript, then hand the words to `Session.interim_heard`."""
+
+    stream_id: str
+    utterance: int
+    start_ms: float
+    end_ms: float
+    pcm: bytes
+    language: str
+
+
+@dataclass(frozen=True, slots=True)
 class GiveFeedback:
     """Check that the turn is the principal's (from its recorded outcome), then publish the
     feedback and confirm it; otherwise answer `unknown_turn`."""
@@ -161,6 +174,7 @@ Action = (
     | DetectSpeech
     | CheckTurn
     | CheckCommand
+    | TranscribeSoFar
     | ResumeTurn
     | FollowTurn
     | ConfirmTurn

@@ -57,6 +57,7 @@ from ws_edge.actions import (
     ResumeTurn,
     Send,
     SubmitTurn,
+    TranscribeSoFar,
 )
 from ws_edge.admission.admit import estimated_prompt_tokens
 from ws_edge.auth import is_api_key
@@ -65,6 +66,7 @@ from ws_edge.errors import (
     CommandSpotterUnavailable,
     EdgeError,
     ForbiddenConversation,
+    InterimTranscriberUnavailable,
     StoreUnavailable,
     TurnModelUnavailable,
     UnknownTurn,
@@ -120,6 +122,8 @@ class TurnDoor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._detector: SpeechDetector | None = None  # the voice loop's VAD, made on first use
         self._turn_model_failed = False  # said once in-band; later pauses fall back quietly
+        self._interim_failed = False  # likewise for interim transcripts
+        self._interim_warmed = False
         self._speech_deadlines: dict[str, asyncio.TimerHandle] = {}
         # turns this door created (it charges them), with the tokens admission estimated
         self._submitted: dict[str, int] = {}
@@ -227,6 +231,8 @@ class TurnDoor:
                     self._spawn(self._check_turn(stream_id, pause_id, pcm))
                 case CheckCommand():
                     self._spawn(self._check_command(action))
+                case TranscribeSoFar():
+                    self._spawn(self._transcribe_so_far(action))
 
     # ---- tracing: one span per turn, from turn.create to response.done ---------------------
     def _start_turn_span(self, turn: TurnSubmitted) -> None:
@@ -306,6 +312,9 @@ class TurnDoor:
             if self._detector is None:
                 self._detector = SpeechDetector()
                 self.edge.command_judge.warm()  # a voice loop: short commands come next
+            if self.session.wants_interim and not self._interim_warmed:
+                self._interim_warmed = True
+                self.edge.interim_transcriber.warm()  # the first interim comes in a second
             probs = self._detector.score(frames)
         except Exception as exc:  # no VAD model installed, or it failed: say so in-band
             log.warning("voice activity detection failed: %s", exc)
@@ -339,6 +348,21 @@ class TurnDoor:
                 self.edge.command_spotter_failed = True
                 log.warning("%s; short commands fall back to the duration rule", exc)
         self._apply(self.session.command_verdict(check.stream_id, check.check_id, command))
+
+    async def _transcribe_so_far(self, so_far: TranscribeSoFar) -> None:
+        """The words of the utterance so far (in the interim transcriber's thread), back to
+        the session. A transcriber that cannot run is said in-band once (the client asked for
+        interim transcripts); the turn's own transcript still comes."""
+        heard = None
+        try:
+            heard = await self.edge.interim_transcriber.read(so_far.pcm, so_far.language)
+        except InterimTranscriberUnavailable as exc:
+            if not self._interim_failed:
+                self._interim_failed = True
+                log.warning("%s", exc)
+                self._apply([error_event(exc)])
+        text, language = (heard.text, heard.language) if heard is not None else (None, "")
+        self._apply(self.session.interim_heard(so_far.stream_id, so_far, text, language))
 
     async def _publish_truncation(self, event) -> None:
         try:

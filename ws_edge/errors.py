@@ -22,6 +22,9 @@ EdgeError
 ├── CommandSpotterUnavailable  the short-command spotter missing or failing (short speech
 │                           over the voice falls back to the duration rule)
 │                           code: command_spotter_unavailable
+├── InterimTranscriberUnavailable  the Whisper model of interim transcripts missing or
+│                           failing (the turn's own transcript still comes)
+│                           code: interim_transcripts_unavailable
 ├── RateLimited             the tenant's request or token bucket is empty
 │                           code: rate_limited (retryable after `retry_after_ms`)
 ├── Overloaded              the pools are too busy for this tier right now
@@ -155,6 +158,14 @@ class CommandSpotterUnavailable(EdgeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="command_spotter_unavailable")
+
+
+class InterimTranscriberUnavailable(EdgeError):
+    """The Whisper model of interim transcripts is not installed or failed: the client asked
+    for them, so it is told (once); each turn's own transcript still comes."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="interim_transcripts_unavailable")
 
 
 class TurnModelUnavailable(EdgeError):

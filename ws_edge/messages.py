@@ -126,6 +126,9 @@ class TurnDetection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # semantic_vad only: high answers sooner (and cuts off more often), low waits longer
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
     language: LanguageCode | None = None  # each utterance's audio part `language`
+    # the words so far while the user speaks (`input.transcript.interim`, about every second
+    # of speech), from the deployment's Whisper model at the edge
+    interim_transcripts: bool = False
 
 
 class SessionUpdate(ClientMessage, tag="session.update"):
@@ -425,6 +428,19 @@ class InputSpeechStarted(ServerEvent, tag="input.speech_started"):
     audio_start_ms: float
 
 
+class InputTranscriptInterim(ServerEvent, tag="input.transcript.interim"):
+    """The words of the utterance so far, while the user is still speaking (asked for with
+    `turn_detection.interim_transcripts`). Each replaces the one before (Whisper may revise
+    earlier words as it hears more); the turn's `input.transcript` replaces them all. Best
+    effort: a busy edge skips some, and the last may say less than the turn's."""
+
+    stream_id: str
+    text: str
+    audio_start_ms: float  # where the utterance's speech began in the stream
+    audio_end_ms: float  # how far into the stream the words reach
+    language: str = ""  # ISO 639-1 as heard ("en" with the English-only model)
+
+
 class InputSpeechStopped(ServerEvent, tag="input.speech_stopped"):
     """The user stopped speaking: the utterance became `turn_id`, or was `ignored`
     ("backchannel": a short "mm-hm" over the assistant's voice; "command": a short "stop"
@@ -588,6 +604,7 @@ AnyServerEvent = (
     | TurnAccepted
     | InputSpeechStarted
     | InputSpeechStopped
+    | InputTranscriptInterim
     | InputTranscript
     | ResponseAudio
     | ResponseAudioDone

@@ -58,6 +58,7 @@ from ws_edge.server_tools import ServerTools, follow_catalog
 from ws_edge.session import SessionLimits
 from ws_edge.unattended import UnattendedTurns
 from ws_edge.voice.command_spotter import CommandJudge
+from ws_edge.voice.interim import InterimTranscriber
 from ws_edge.voice.loop import VadRules
 from ws_edge.voice.turn_model import TurnJudge
 from ws_edge.web_assets import process_request
@@ -112,6 +113,7 @@ class EdgeServer:
                 early_silence_ms=settings.vad_early_silence_ms,
                 command_check_ms=settings.command_check_ms,
                 barge_in_grace_ms=settings.barge_in_grace_ms,
+                interim_ms=settings.interim_ms,
             ),
         )
         self.completed_topic = TURNS_COMPLETED.full_name(settings.namespace)
@@ -149,6 +151,11 @@ class EdgeServer:
             settings.state_path / "models", max_waiting=settings.command_spotter_max_waiting
         )
         self.command_spotter_failed = False  # logged once per process; checks then fall back
+        self.interim_transcriber = InterimTranscriber(
+            settings.state_path / "models",
+            settings.asr_model,
+            max_waiting=settings.interim_max_waiting,
+        )
         self.canary = CanaryWatch(self.redis, self.names, now_ms)
         self.api_keys = ApiKeys(self.redis, self.names)
         self._server: Server | None = None
@@ -232,6 +239,7 @@ class EdgeServer:
         await self.redis.aclose()
         self.turn_judge.close()
         self.command_judge.close()
+        self.interim_transcriber.close()
 
     async def _handle(self, websocket: ServerConnection) -> None:
         await _Connection(self, websocket).run()

@@ -212,6 +212,7 @@ class Session(VoiceTurns):
         self._tools: list[FunctionTool | McpTool] = []
         self._tool_choice: ToolChoiceOption | None = None
         self._voice_loop: VoiceLoop | None = None
+        self._interim_reading = False  # a `TranscribeSoFar` is out (one at a time)
         # what the user heard of an answer they interrupted, per conversation: the next
         # turn carries it, so its prompt is built from the truncated history
         self._truncations: dict[str, list[Truncation]] = {}

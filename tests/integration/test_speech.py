@@ -33,6 +33,7 @@ from ws_edge.messages import (
     InputSpeechStarted,
     InputSpeechStopped,
     InputTranscript,
+    InputTranscriptInterim,
     ResponseAudio,
     ResponseAudioDone,
     ResponseDelta,
@@ -425,3 +426,40 @@ async def test_semantic_vad_ends_a_finished_question_on_the_turn_models_verdict(
     transcript = next(e for e in events if isinstance(e, InputTranscript))
     assert {"capital", "france"} <= set(words(transcript.text))
     assert isinstance(events[-1], ResponseDone) and events[-1].finish_reason == FinishReason.STOP
+
+
+async def test_interim_transcripts_show_the_words_while_the_user_is_still_speaking():
+    """With the real Silero and Whisper (tiny.en at the edge, as the deployment's): a ~4 s
+    question streamed in real time gets interim transcripts before its speech stops, each
+    reaching further into the stream, whose words are the question's."""
+    question = "Could you tell me about the tallest mountains in the world and how high they are?"
+    async with stack() as (_, _, client):
+        await client.update_session(
+            turn_detection=TurnDetection(
+                conversation_id=conv(), stream_id="mic", interim_transcripts=True
+            ),
+        )
+        speech = np.concatenate([quiet_room(0.5), spoken(question), quiet_room(1.0)])
+        talking = asyncio.create_task(in_real_time(client, pcm16(speech)))
+        interims: list[InputTranscriptInterim] = []
+        while not isinstance(event := await client.next_event(), TurnAccepted):
+            if isinstance(event, InputTranscriptInterim):
+                assert not talking.done() or interims, "an interim came only after the speech"
+                interims.append(event)
+        await talking
+        events = await collect_text(client, event.turn_id)
+    stopped = events[0]
+    assert isinstance(stopped, InputSpeechStopped)
+    assert len(interims) >= 2, interims
+    ends = [i.audio_end_ms for i in interims]
+    assert ends == sorted(ends) and ends[-1] <= stopped.audio_end_ms
+    assert {i.language for i in interims} == {"en"}
+    transcript = next(e for e in events if isinstance(e, InputTranscript))
+    final = set(words(transcript.text))
+    heard = [w for i in interims for w in words(i.text)]
+    assert {"tell", "mountains"} & set(heard), interims  # words of the question, early
+    assert len([w for w in heard if w in final]) >= 0.7 * len(heard), (interims, transcript)
+
+
+async def collect_text(client: EdgeClient, turn_id: str) -> list:
+    return [e async for e in client.events(turn_id)]

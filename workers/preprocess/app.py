@@ -10,9 +10,9 @@ from moderation.blacklist import RedisBlacklist
 from moderation.image_screen import ImageScreen
 from moderation.input_gate import InputGate
 from moderation.screen import InputScreen, SafetyConfig
+from runtime import whisper_models
 from runtime.settings import Settings
 from runtime.smollm2 import default_model_dir
-from runtime.whisper_models import base_path
 from schemas.ids import now_ms
 from schemas.topics import TURNS_ENRICHED, TURNS_SUBMITTED
 from workers.preprocess import text_language
@@ -38,15 +38,9 @@ def build_speech(settings: Settings) -> SpeechPool:
     )
 
 
-def asr_model_path(settings: Settings) -> Path | None:
-    """The Whisper folder the setting names (None: tiny.en, the default)."""
-    if settings.asr_model == "tiny.en":
-        return None
-    if settings.asr_model == "multilingual":
-        return base_path(settings.state_path / "models")
-    raise ValueError(
-        f"TURNSTREAM_ASR_MODEL={settings.asr_model!r}: expected tiny.en or multilingual"
-    )
+def asr_model_path(settings: Settings) -> Path:
+    """The Whisper folder the setting names."""
+    return whisper_models.asr_model_path(settings.asr_model, settings.state_path / "models")
 
 
 def build_sentence_end(settings: Settings) -> SentenceEnd | None:

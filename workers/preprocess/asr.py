@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from runtime.whisper_models import tiny_en_path
-from schemas.events import TranscriptSegment  # timed on the original clip
-from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment
-from workers.preprocess.whisper_window import (
+from runtime.whisper_window import (
     WindowDecode,
     degenerate,
     transcribe_window,
     wider_window,
     window_seconds,
 )
+from schemas.events import TranscriptSegment  # timed on the original clip
+from workers.preprocess.vad import SAMPLE_RATE, SpeechSegment
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel

@@ -31,7 +31,10 @@ The shell scores each 32 ms frame with Silero VAD; this decides what the scores 
   `command_check_ms` of silence, short speech over the voice is handed to a keyword
   spotter (`CommandCheck`; answer with `command_verdict`): a command interrupts at once
   (`BargeIn`) and, if the user says nothing more, ends as a command, not a turn
-  (`SpeechEnded.command`); speech that goes on makes it a barged-in utterance like any other.
+  (`SpeechEnded.command`); speech that goes on makes it a barged-in utterance like any other;
+- interim transcripts (`interim`, the client's choice): every `interim_ms` of speech in a
+  real utterance the audio so far is handed on (`SpeechSoFar`) to be transcribed while the
+  user is still talking, so the client can show the words as they come.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class VadRules:
     # the session's: speech that starts before an answer has played this long is the user
     # going on with their turn (it stops the answer), not talk over the assistant's voice
     barge_in_grace_ms: float = 1_000.0
+    interim_ms: float = 1_000.0  # speech between two interim transcripts (when asked for)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,18 @@ class CommandCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechSoFar:
+    """The user is still speaking: `pcm` is the utterance so far (with its leading pad), to
+    transcribe for the client now. `utterance` tells the loop's utterances apart: words that
+    come back after it ended are stale (its turn's transcript says them)."""
+
+    utterance: int
+    start_ms: float
+    end_ms: float
+    pcm: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class SpeechResumed:
     """The user spoke again before the silence rule ended the utterance: the guess was wrong."""
 
@@ -135,13 +151,24 @@ class SpeechEnded:
         return self.end_ms - self.start_ms
 
 
-VoiceEvent = SpeechStarted | BargeIn | SpeechPaused | SpeechResumed | SpeechEnded | CommandCheck
+VoiceEvent = (
+    SpeechStarted
+    | BargeIn
+    | SpeechPaused
+    | SpeechResumed
+    | SpeechEnded
+    | CommandCheck
+    | SpeechSoFar
+)
 
 
 class VoiceLoop:
     def __init__(self, rules: VadRules, turn: TurnRules | None = None) -> None:
         self.rules = rules
         self.turn = turn  # semantic end of turn, or None: the silence rule alone
+        self.interim = False  # hand on the utterance so far every `interim_ms` of speech
+        self._utterances = 0  # utterances begun so far (their ids)
+        self._interim_from = 0  # frame from which the next interim's speech is counted
         self._pauses = 0  # SpeechPaused events so far (their ids)
         self._silence_limit: float | None = None  # set by a verdict for this utterance
         self._words: bool | None = None  # the guess's words stop mid-sentence (None: not in)
@@ -198,8 +225,7 @@ class VoiceLoop:
             self._frames += 1
             if self._speech_start is None:
                 if prob >= rules.threshold:
-                    self._speech_start, self._last_speech = n, n
-                    self._over_assistant = assistant_speaking
+                    self._begin(n, over_assistant=assistant_speaking)
                 else:
                     keep = int(rules.pad_ms / FRAME_MS) * FRAME_BYTES
                     del self._audio[: max(0, len(self._audio) - keep)]
@@ -222,6 +248,7 @@ class VoiceLoop:
             if over and spoken_ms >= rules.barge_in_ms:
                 self._barged = True
                 events.append(BargeIn(n * FRAME_MS))
+            events.extend(self._so_far(n))
             silent_ms = (n - self._last_speech) * FRAME_MS
             too_long = (n - self._speech_start + 1) * FRAME_MS >= rules.max_utterance_ms
             if silent_ms >= self._silence_limit_ms() or too_long:
@@ -250,6 +277,12 @@ class VoiceLoop:
                     )
                 )
         return events
+
+    def _begin(self, n: int, *, over_assistant: bool) -> None:
+        """Speech starts at frame `n`: a new utterance."""
+        self._speech_start = self._last_speech = self._interim_from = n
+        self._utterances += 1
+        self._over_assistant = over_assistant
 
     def turn_verdict(self, pause_id: int, probability: float | None) -> list[VoiceEvent]:
         """The turn model's answer to `SpeechPaused(pause_id, check=True)`: the probability
@@ -315,6 +348,20 @@ class VoiceLoop:
         if self._speech_start is not None and not self._barged and self.rules.command_check_ms:
             self._cut_check = True
 
+    def _so_far(self, n: int) -> list[VoiceEvent]:
+        """The utterance so far, when interim transcripts are asked for, frame `n` is speech
+        of a real utterance (announced, not a backchannel candidate, not paused), and
+        `interim_ms` of it has passed since the last one."""
+        if not self.interim or not self._confirmed or self._paused or self._last_speech != n:
+            return []
+        if not self._real_utterance() or self._speech_start is None:
+            return []
+        if (n + 1 - self._interim_from) * FRAME_MS < self.rules.interim_ms:
+            return []
+        self._interim_from = n + 1
+        start_ms, end_ms = self._speech_start * FRAME_MS, (n + 1) * FRAME_MS
+        return [SpeechSoFar(self._utterances, start_ms, end_ms, bytes(self._audio))]
+
     def _may_check_command(self, over: bool, silent_ms: float) -> bool:
         """Short speech over the voice (announced, not barged in), `command_check_ms` of
         silence after it, not yet asked about for this silence."""
@@ -359,6 +406,11 @@ class VoiceLoop:
         if not self._confirmed or self._paused or not self._real_utterance():
             return False
         return self.turn is not None or self._may_guess()
+
+    @property
+    def speaking_utterance(self) -> int | None:
+        """The id of the utterance the user is in (its `SpeechSoFar`s'), None between them."""
+        return self._utterances if self._speech_start is not None else None
 
     @property
     def barged_in(self) -> bool:

@@ -32,6 +32,7 @@ from ws_edge.actions import (
     PublishTruncation,
     RequestCancel,
     Send,
+    TranscribeSoFar,
 )
 from ws_edge.errors import (
     AuthError,
@@ -45,6 +46,7 @@ from ws_edge.messages import (
     CreateTurn,
     InputSpeechStarted,
     InputSpeechStopped,
+    InputTranscriptInterim,
     ResponseAudioDone,
     ResponseTruncated,
     SessionUpdate,
@@ -61,6 +63,7 @@ from ws_edge.voice.loop import (
     SpeechEnded,
     SpeechPaused,
     SpeechResumed,
+    SpeechSoFar,
     SpeechStarted,
     VoiceEvent,
     VoiceLoop,
@@ -87,6 +90,7 @@ class VoiceTurns:
             if detection is not None and self._voice_loop is not None:
                 semantic = detection.type == "semantic_vad"
                 self._voice_loop.turn = EAGERNESS[detection.eagerness] if semantic else None
+                self._voice_loop.interim = detection.interim_transcripts
             self._detection = detection
         if msg.tools is not msgspec.UNSET or msg.tool_choice is not msgspec.UNSET:
             tools = self._tools if msg.tools is msgspec.UNSET else list(msg.tools or [])
@@ -219,6 +223,25 @@ class VoiceTurns:
         rule decides)."""
         return self._on_loop(stream_id, lambda loop: loop.command_verdict(check_id, command))
 
+    @property
+    def wants_interim(self) -> bool:
+        """The client asked for interim transcripts of its microphone stream."""
+        return self._detection is not None and self._detection.interim_transcripts
+
+    def interim_heard(
+        self, stream_id: str, so_far: TranscribeSoFar, text: str | None, language: str
+    ) -> list[Action]:
+        """The words of a `TranscribeSoFar` (None: none, the read was skipped or failed):
+        shown while the utterance goes on; once it ended, its turn's transcript says them."""
+        self._interim_reading = False
+        loop, detection = self._voice_loop, self._detection
+        if not text or loop is None or detection is None or detection.stream_id != stream_id:
+            return []
+        if not detection.interim_transcripts or loop.speaking_utterance != so_far.utterance:
+            return []
+        heard = InputTranscriptInterim(stream_id, text, so_far.start_ms, so_far.end_ms, language)
+        return [Send(heard)]
+
     def _on_loop(
         self, stream_id: str | None, step: Callable[[VoiceLoop], list[VoiceEvent]]
     ) -> list[Action]:
@@ -271,6 +294,13 @@ class VoiceTurns:
                 return [*guess, *check]
             case SpeechResumed():
                 return self._withdraw()
+            case SpeechSoFar() if not self._interim_reading:  # one read at a time
+                self._interim_reading = True
+                language = detection.language or ""
+                read = TranscribeSoFar(
+                    stream_id, event.utterance, event.start_ms, event.end_ms, event.pcm, language
+                )
+                return [read]
             case CommandCheck(check_id=check_id, pcm=pcm):
                 return [CheckCommand(stream_id, check_id, pcm, detection.language or "")]
             case SpeechEnded() if event.command:

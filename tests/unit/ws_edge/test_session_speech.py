@@ -40,6 +40,7 @@ from ws_edge.actions import (
     RequestCancel,
     Send,
     SubmitTurn,
+    TranscribeSoFar,
 )
 from ws_edge.auth import mint_token
 from ws_edge.errors import BrokerUnavailable
@@ -49,6 +50,7 @@ from ws_edge.messages import (
     InputSpeechStarted,
     InputSpeechStopped,
     InputTranscript,
+    InputTranscriptInterim,
     ResponseAudio,
     ResponseAudioDone,
     ResponseDelta,
@@ -1529,3 +1531,52 @@ def test_a_server_vad_guess_asks_for_no_text_judgement():
     mic.say([0.0] * 6 + [0.9] * 10 + [0.0] * 6)
     [submit] = [a for a in mic.say([0.0]) if isinstance(a, SubmitTurn)]
     assert submit.turn.speculative and not submit.turn.judge_sentence_end
+
+
+# ---- interim transcripts ------------------------------------------------------------------
+def interim_listening(**detection):
+    """A session listening with interim transcripts every 10 frames (320 ms) of speech."""
+    session, clock = make(vad=VadRules(early_silence_ms=0, interim_ms=320.0))
+    update(session, turn_detection={**DETECTION, "interim_transcripts": True, **detection})
+    return session, clock, Mic(session)
+
+
+def reads(actions) -> list[TranscribeSoFar]:
+    return [a for a in actions if isinstance(a, TranscribeSoFar)]
+
+
+def test_interim_words_are_read_one_at_a_time_and_shown_while_the_user_speaks():
+    session, _, mic = interim_listening(language="es")
+    assert session.wants_interim
+    [read] = reads(mic.say([0.9] * 10))
+    assert read == TranscribeSoFar("mic", 1, 0.0, 320.0, numbered(0, 10), "es")
+    # the first read is still out: the next 320 ms of speech asks for none
+    assert reads(mic.say([0.9] * 10)) == []
+    shown = session.interim_heard("mic", read, "Hola, ¿qué", "es")
+    assert shown == [Send(InputTranscriptInterim("mic", "Hola, ¿qué", 0.0, 320.0, "es"))]
+    # the read came back: the next 320 ms asks again, for all that was said
+    [again] = reads(mic.say([0.9] * 10))
+    assert (again.end_ms, again.pcm) == (960.0, numbered(0, 30))
+
+
+def test_interim_words_of_an_utterance_that_ended_or_of_no_read_are_not_shown():
+    session, _, mic = interim_listening()
+    [read] = reads(mic.say([0.9] * 10))
+    assert session.interim_heard("mic", read, None, "") == []  # skipped (the edge was busy)
+    [late] = reads(mic.say([0.9] * 10))
+    ended = mic.say([0.0] * 16)  # the silence rule ends it: a turn, with its own transcript
+    assert any(isinstance(a, SubmitTurn) for a in ended)
+    assert session.interim_heard("mic", late, "What is the", "en") == []
+    # the next utterance's reads are its own
+    [next_read] = reads(mic.say([0.9] * 10))
+    assert next_read.utterance == 2
+    assert session.interim_heard("other", next_read, "words", "en") == []
+    update(session, turn_detection=DETECTION)  # interim transcripts turned off meanwhile
+    assert not session.wants_interim
+    assert session.interim_heard("mic", next_read, "words", "en") == []
+
+
+def test_no_interim_reads_unless_asked_for():
+    session, _, mic = listening(vad=VadRules(early_silence_ms=0, interim_ms=320.0))
+    assert not session.wants_interim
+    assert reads(mic.say([0.9] * 40)) == []

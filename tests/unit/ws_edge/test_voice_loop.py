@@ -11,6 +11,7 @@ from ws_edge.voice.loop import (
     SpeechEnded,
     SpeechPaused,
     SpeechResumed,
+    SpeechSoFar,
     SpeechStarted,
     TurnRules,
     VadRules,
@@ -593,3 +594,52 @@ def test_words_of_an_old_pause_are_void_and_the_model_alone_ends_without_a_guess
     assert not pause.guess
     [ended] = no_guess.loop.turn_verdict(pause.pause_id, 0.9)
     assert isinstance(ended, SpeechEnded)
+
+
+# ---- interim transcripts ------------------------------------------------------------------
+def so_far(events) -> list[SpeechSoFar]:
+    return [e for e in events if isinstance(e, SpeechSoFar)]
+
+
+def test_interim_hands_on_the_utterance_so_far_every_interim_ms_of_speech():
+    mic = Mic(VadRules(interim_ms=320.0))  # 10 frames
+    mic.loop.interim = True
+    mic.feed([SILENCE] * 5)
+    events = mic.feed([SPEECH] * 25)
+    # speech from frame 5: the 10th frame of it (15) and the 20th (25) hand it on
+    assert [(e.utterance, e.start_ms, e.end_ms) for e in so_far(events)] == [
+        (1, 160.0, 480.0),
+        (1, 160.0, 800.0),
+    ]
+    # what has been heard so far, the leading pad included (the pad is 6 frames: 200 ms)
+    assert so_far(events)[1].pcm == frames(0, 25)
+    assert mic.loop.speaking_utterance == 1
+    # silence hands nothing on; the next utterance is another one
+    assert so_far(mic.feed([SILENCE] * 40)) == []
+    assert mic.loop.speaking_utterance is None
+    assert [e.utterance for e in so_far(mic.feed([SPEECH] * 10))] == [2]
+
+
+def test_no_interim_unless_asked_nor_for_talk_over_the_assistant():
+    mic = Mic(VadRules(interim_ms=320.0))
+    assert so_far(mic.feed([SPEECH] * 40)) == []  # not asked for
+    mic.feed([SILENCE] * 40)
+    mic.loop.interim = True
+    # speech over the voice, not (yet) barged in: a backchannel candidate, maybe dropped
+    events = mic.feed([SPEECH] * 15, speaking=True)
+    assert so_far(events) == []
+    # once it barges in (600 ms: its 19th frame, 98) it is a real utterance: its words come
+    events = mic.feed([SPEECH] * 15, speaking=True)
+    assert BargeIn(98 * FRAME_MS) in events
+    assert [e.end_ms for e in so_far(events)] == [99 * FRAME_MS, 109 * FRAME_MS]
+
+
+def test_no_interim_during_a_pause():
+    mic = Mic(VadRules(interim_ms=320.0, early_silence_ms=200.0, silence_ms=2_000.0))
+    mic.loop.interim = True
+    mic.feed([SPEECH] * 9)
+    paused = mic.feed([SILENCE] * 30)
+    assert any(isinstance(e, SpeechPaused) for e in paused) and so_far(paused) == []
+    # speech again: the interim counts from where the last one left (frame 0: none yet)
+    resumed = mic.feed([SPEECH] * 2)
+    assert [e.end_ms for e in so_far(resumed)] == [40 * FRAME_MS]

@@ -10,10 +10,7 @@ import numpy as np
 import pytest
 
 from harness.media import quiet_room, voiced
-from workers.preprocess import asr as asr_module
-from workers.preprocess.asr import WhisperTranscriber
-from workers.preprocess.vad import SpeechSegment
-from workers.preprocess.whisper_window import (
+from runtime.whisper_window import (
     UNSURE_LOGPROB,
     WindowDecode,
     WindowSegment,
@@ -22,6 +19,9 @@ from workers.preprocess.whisper_window import (
     wider_window,
     window_seconds,
 )
+from workers.preprocess import asr as asr_module
+from workers.preprocess.asr import WhisperTranscriber
+from workers.preprocess.vad import SpeechSegment
 from workers.tts.voices import EspeakSpeaker, PiperSpeaker
 
 TS = 1000  # the first timestamp token in these tests

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workers.preprocess.vad import SAMPLE_RATE
+SAMPLE_RATE = 16_000  # Whisper hears 16 kHz mono
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
