@@ -361,8 +361,7 @@ class TurnDoor:
                 self._interim_failed = True
                 log.warning("%s", exc)
                 self._apply([error_event(exc)])
-        text, language = (heard.text, heard.language) if heard is not None else (None, "")
-        self._apply(self.session.interim_heard(so_far.stream_id, so_far, text, language))
+        self._apply(self.session.interim_heard(so_far.stream_id, so_far, heard))
 
     async def _publish_truncation(self, event) -> None:
         try:

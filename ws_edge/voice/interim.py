@@ -40,6 +40,10 @@ LONGEST_S = 30  # Whisper's own window: longer speech is read by its last 30 s
 class Interim:
     text: str
     language: str  # as decoded: the session's, or the one detected ("en" with tiny.en)
+    # how sure the read was (`WindowDecode`'s): a second of speech is often too little for
+    # the multilingual model to tell its language (English read as Thai, 2026-12-07)
+    logprob: float = 0.0
+    language_probability: float = 1.0
 
 
 def window_for(speech_s: float) -> int:
@@ -65,7 +69,7 @@ class InterimReader:
         window = window_for(len(audio) / SAMPLE_RATE)
         decode = transcribe_window(self._model, audio, window, language or None)
         text = " ".join(s.text for s in decode.segments).strip()
-        return Interim(text, decode.language)
+        return Interim(text, decode.language, decode.logprob, decode.language_probability)
 
 
 class InterimTranscriber:

@@ -56,6 +56,7 @@ from ws_edge.messages import (
 )
 from ws_edge.route import Route
 from ws_edge.tools import offered_tools
+from ws_edge.voice.interim import Interim
 from ws_edge.voice.loop import (
     EAGERNESS,
     BargeIn,
@@ -229,18 +230,26 @@ class VoiceTurns:
         return self._detection is not None and self._detection.interim_transcripts
 
     def interim_heard(
-        self, stream_id: str, so_far: TranscribeSoFar, text: str | None, language: str
+        self, stream_id: str, so_far: TranscribeSoFar, heard: Interim | None
     ) -> list[Action]:
         """The words of a `TranscribeSoFar` (None: none, the read was skipped or failed):
-        shown while the utterance goes on; once it ended, its turn's transcript says them."""
+        shown while the utterance goes on, unless the reader could not read them (the bar
+        the end of turn uses: a wrong language's script, a guess); once the utterance ended,
+        its turn's transcript says them."""
         self._interim_reading = False
         loop, detection = self._voice_loop, self._detection
-        if not text or loop is None or detection is None or detection.stream_id != stream_id:
+        if heard is None or not heard.text or loop is None or detection is None:
             return []
-        if not detection.interim_transcripts or loop.speaking_utterance != so_far.utterance:
+        if detection.stream_id != stream_id or not detection.interim_transcripts:
             return []
-        heard = InputTranscriptInterim(stream_id, text, so_far.start_ms, so_far.end_ms, language)
-        return [Send(heard)]
+        if loop.speaking_utterance != so_far.utterance:
+            return []
+        if unreadable(heard.logprob, heard.language_probability):
+            return []
+        shown = InputTranscriptInterim(
+            stream_id, heard.text, so_far.start_ms, so_far.end_ms, heard.language
+        )
+        return [Send(shown)]
 
     def _on_loop(
         self, stream_id: str | None, step: Callable[[VoiceLoop], list[VoiceEvent]]

@@ -64,6 +64,7 @@ from ws_edge.messages import (
 )
 from ws_edge.server_tools import ServerTools
 from ws_edge.session import Session, SessionLimits
+from ws_edge.voice.interim import Interim
 from ws_edge.voice.loop import EAGERNESS, FRAME_BYTES, FRAME_MS, VadRules
 
 VOICES = ["joe", "espeak"]
@@ -1552,7 +1553,7 @@ def test_interim_words_are_read_one_at_a_time_and_shown_while_the_user_speaks():
     assert read == TranscribeSoFar("mic", 1, 0.0, 320.0, numbered(0, 10), "es")
     # the first read is still out: the next 320 ms of speech asks for none
     assert reads(mic.say([0.9] * 10)) == []
-    shown = session.interim_heard("mic", read, "Hola, ¿qué", "es")
+    shown = session.interim_heard("mic", read, Interim("Hola, ¿qué", "es"))
     assert shown == [Send(InputTranscriptInterim("mic", "Hola, ¿qué", 0.0, 320.0, "es"))]
     # the read came back: the next 320 ms asks again, for all that was said
     [again] = reads(mic.say([0.9] * 10))
@@ -1562,18 +1563,32 @@ def test_interim_words_are_read_one_at_a_time_and_shown_while_the_user_speaks():
 def test_interim_words_of_an_utterance_that_ended_or_of_no_read_are_not_shown():
     session, _, mic = interim_listening()
     [read] = reads(mic.say([0.9] * 10))
-    assert session.interim_heard("mic", read, None, "") == []  # skipped (the edge was busy)
+    assert session.interim_heard("mic", read, None) == []  # skipped (the edge was busy)
     [late] = reads(mic.say([0.9] * 10))
     ended = mic.say([0.0] * 16)  # the silence rule ends it: a turn, with its own transcript
     assert any(isinstance(a, SubmitTurn) for a in ended)
-    assert session.interim_heard("mic", late, "What is the", "en") == []
+    assert session.interim_heard("mic", late, Interim("What is the", "en")) == []
     # the next utterance's reads are its own
     [next_read] = reads(mic.say([0.9] * 10))
     assert next_read.utterance == 2
-    assert session.interim_heard("other", next_read, "words", "en") == []
+    assert session.interim_heard("other", next_read, Interim("words", "en")) == []
     update(session, turn_detection=DETECTION)  # interim transcripts turned off meanwhile
     assert not session.wants_interim
-    assert session.interim_heard("mic", next_read, "words", "en") == []
+    assert session.interim_heard("mic", next_read, Interim("words", "en")) == []
+
+
+def test_interim_words_the_reader_could_not_read_are_not_shown():
+    """A second of English the multilingual model was unsure of the language of (it read
+    Thai script once): not shown; the next read, surer, is."""
+    session, _, mic = interim_listening()
+    [read] = reads(mic.say([0.9] * 10))
+    unsure = Interim("คลุณอยู่เถอะ", "th", logprob=-0.9, language_probability=0.27)
+    assert session.interim_heard("mic", read, unsure) == []
+    [again] = reads(mic.say([0.9] * 10))
+    sure = Interim("Could you tell me about", "en", logprob=-0.4, language_probability=0.96)
+    assert session.interim_heard("mic", again, sure) == [
+        Send(InputTranscriptInterim("mic", "Could you tell me about", 0.0, 640.0, "en"))
+    ]
 
 
 def test_no_interim_reads_unless_asked_for():
