@@ -21,7 +21,7 @@ import numpy as np
 from runtime.whisper_models import base_path
 from ws_edge.errors import CommandSpotterUnavailable
 from ws_edge.voice.commands import COMMANDS, is_command
-from ws_edge.voice.log_mel import SAMPLE_RATE
+from ws_edge.voice.log_mel import SAMPLE_RATE, pcm16_tail
 from ws_edge.voice.model_threads import ModelThreads
 
 if TYPE_CHECKING:
@@ -56,9 +56,9 @@ class CommandSpotter:
 
         model = self._model
         window = WINDOW_S * SAMPLE_RATE
-        samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % 2], dtype="<i2")[-window:]
+        samples = pcm16_tail(pcm, window)
         audio = np.zeros(window, dtype=np.float32)  # silence after the speech
-        audio[: len(samples)] = samples.astype(np.float32) / 32768.0
+        audio[: len(samples)] = samples
         features = model.feature_extractor(audio)[:, : WINDOW_S * FRAMES_PER_S]
         encoded = model.encode(features)
         known = language in COMMANDS

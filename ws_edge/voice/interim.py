@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from runtime.whisper_models import asr_model_path
 from runtime.whisper_window import transcribe_window, window_seconds
 from ws_edge.errors import InterimTranscriberUnavailable
-from ws_edge.voice.log_mel import SAMPLE_RATE
+from ws_edge.voice.log_mel import SAMPLE_RATE, pcm16_tail
 from ws_edge.voice.model_threads import ModelThreads
 
 if TYPE_CHECKING:
@@ -63,9 +61,7 @@ class InterimReader:
 
     def read(self, pcm: bytes, language: str = "") -> Interim:
         """The words of `pcm` (PCM16 16 kHz mono; its last 30 s when longer)."""
-        samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % 2], dtype="<i2")
-        samples = samples[-LONGEST_S * SAMPLE_RATE :]
-        audio = samples.astype(np.float32) / 32768.0
+        audio = pcm16_tail(pcm, LONGEST_S * SAMPLE_RATE)
         window = window_for(len(audio) / SAMPLE_RATE)
         decode = transcribe_window(self._model, audio, window, language or None)
         text = " ".join(s.text for s in decode.segments).strip()

@@ -5,6 +5,7 @@ The turn model was trained on the features of Hugging Face's `WhisperFeatureExtr
 peak, scaled to about [-1, 1], the waveform normalised to zero mean and unit variance
 first). The edge needs only this, not transformers or faster-whisper, so it is written out
 here; `tests/unit/ws_edge/test_log_mel.py` checks it against transformers' extractor.
+Also what every edge model reads first: the microphone's PCM16 as float samples.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ SAMPLE_RATE = 16_000
 N_FFT = 400
 HOP = 160
 N_MELS = 80
+
+
+def pcm16_tail(pcm: bytes, samples: int) -> np.ndarray:
+    """The last `samples` (> 0) samples of PCM16 LE mono `pcm` as float32 in [-1, 1) (an odd
+    trailing byte dropped): the window a model reads of the audio so far."""
+    whole = np.frombuffer(pcm[: len(pcm) - len(pcm) % 2], dtype="<i2")
+    return whole[-samples:].astype(np.float32) / 32768.0
 
 
 def _hz_to_mel(hz: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ws_edge.errors import TurnModelUnavailable
-from ws_edge.voice.log_mel import SAMPLE_RATE, log_mel
+from ws_edge.voice.log_mel import SAMPLE_RATE, log_mel, pcm16_tail
 from ws_edge.voice.model_threads import ModelThreads
 
 WINDOW_SAMPLES = 8 * SAMPLE_RATE
@@ -40,10 +40,10 @@ def bundled_model_path() -> Path:
 
 def model_input(pcm: bytes) -> np.ndarray:
     """(1, 80, 800) features of the last 8 s of PCM16 16 kHz audio, silence-padded in front."""
-    samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % 2], dtype="<i2")[-WINDOW_SAMPLES:]
+    samples = pcm16_tail(pcm, WINDOW_SAMPLES)
     audio = np.zeros(WINDOW_SAMPLES, dtype=np.float32)
     if len(samples):
-        audio[-len(samples) :] = samples.astype(np.float32) / 32768.0
+        audio[-len(samples) :] = samples
     return log_mel(audio)[None]
 
 

@@ -45,3 +45,12 @@ def test_features_match_transformers(audio):
     ours = log_mel(audio)
     assert ours.shape == (N_MELS, 800) and ours.dtype == np.float32
     np.testing.assert_allclose(ours, reference(audio), atol=1e-4)
+
+
+def test_pcm16_tail_is_the_last_samples_as_floats_without_an_odd_byte():
+    from ws_edge.voice.log_mel import pcm16_tail
+
+    pcm = np.array([0, 16384, -32768, 32767], dtype="<i2").tobytes() + b"\x01"
+    assert pcm16_tail(pcm, 3).tolist() == [0.5, -1.0, 32767 / 32768]
+    assert pcm16_tail(pcm, 10).tolist() == [0.0, 0.5, -1.0, 32767 / 32768]
+    assert pcm16_tail(pcm, 3).dtype == np.float32
